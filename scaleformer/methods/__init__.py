@@ -1,6 +1,13 @@
-"""Method registry: every module in this package that subclasses Method registers itself.
+"""Long-context methods behind one interface, and their registry.
 
-Adding a method = one module here + one file in conf/method/.
+- ``base``: the :class:`Method` interface, :class:`BackboneSpec`, the registry (subclassing registers);
+- ``truncation``: the first window only (the paper's "Standard");
+- ``chunked``: overlapping-chunk machinery shared by the four methods below;
+- ``sled``, ``scaleformer`` (ScaleFormer and + Middle), ``unlimiformer``, ``memorizing``;
+- ``masformer``: MASFormer and its attention-span baselines (block, sliding window, full).
+
+Adding a method = one module here + one file in conf/method/; the benchmark and the tables find it
+through :data:`REGISTRY` and the config options.
 """
 
 from __future__ import annotations

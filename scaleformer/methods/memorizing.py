@@ -40,7 +40,8 @@ import torch
 
 from scaleformer.config import check
 from scaleformer.methods.base import BackboneSpec, Encoded
-from scaleformer.methods.sled import ChunkedConfig, Sled
+from scaleformer.methods.chunked import ChunkedConfig
+from scaleformer.methods.sled import Sled
 from scaleformer.retrieval import (
     RETRIEVE,
     RetrievalState,

@@ -17,7 +17,7 @@ import torch
 from scaleformer.chunking import ChunkLayout
 from scaleformer.config import ConfigError, check
 from scaleformer.fusion import span_cumulation
-from scaleformer.methods.sled import ChunkedConfig, ChunkedMethod
+from scaleformer.methods.chunked import ChunkedConfig, ChunkedMethod
 
 _MASK32 = 0xFFFFFFFF
 

@@ -33,7 +33,8 @@ import torch
 
 from scaleformer.config import check
 from scaleformer.methods.base import BackboneSpec, Encoded
-from scaleformer.methods.sled import ChunkedConfig, Sled
+from scaleformer.methods.chunked import ChunkedConfig
+from scaleformer.methods.sled import Sled
 from scaleformer.methods.truncation import Truncation, TruncationConfig
 from scaleformer.retrieval import (
     FULL,

@@ -1,0 +1,127 @@
+"""The shared machinery of every overlapping-chunk method (SLED, ScaleFormer, Unlimiformer, Memorizing).
+
+Config fields and their validation, the chunk layout of a batch, micro-batched encoding that keeps
+only the positions a method asks for, and packing the kept states for the decoder. A subclass
+chooses which positions each chunk contributes (:meth:`ChunkedMethod.select`) and may transform
+them (:meth:`ChunkedMethod.combine`, e.g. ScaleFormer's fusion).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from omegaconf import MISSING
+
+from scaleformer.chunking import (
+    ChunkLayout,
+    auto_encoder_batch_size,
+    encode_chunks,
+    gather_chunk_ids,
+    layout_chunks,
+    pack_rows,
+)
+from scaleformer.config import check
+from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig
+
+
+@dataclass
+class ChunkedConfig(MethodConfig):
+    name: str = MISSING
+    # Encoder window L: tokens per chunk, query prefix and per-chunk special tokens included.
+    chunk_size: int = 1024
+    # Tokens shared by consecutive chunks (O); the last chunk ends at the document end, overlapping more.
+    overlap: int = 150
+    # Chunks per encoder pass: bounds activation memory; all chunks of a batch are encoded either way.
+    # 0 = auto: on CUDA, from the free device memory at each call (see auto_encoder_batch_size); 16 on CPU.
+    encoder_batch_size: int = 16
+    # False: chunks are raw slices of the tokenized document (SLED). True: each chunk is wrapped in the
+    # backbone's specials (BART <s>..</s>, T5 ..</s>), content shrinks by their count.
+    chunk_special_tokens: bool = False
+
+    def __post_init__(self) -> None:
+        check(self.chunk_size > 0, "method.chunk_size", self.chunk_size, "must be > 0")
+        check(self.overlap >= 0, "method.overlap", self.overlap, "must be >= 0")
+        check(self.overlap < self.chunk_size, "method.overlap", self.overlap,
+              f"must be < method.chunk_size ({self.chunk_size})")
+        check(self.encoder_batch_size >= 0, "method.encoder_batch_size", self.encoder_batch_size,
+              "must be > 0 (or 0 = auto)")
+
+
+class ChunkedMethod(Method):
+    """Base of the overlapping-chunk methods; subclasses choose the positions kept per chunk.
+
+    Subclasses implement :meth:`select` (which row positions to keep, on the CPU, before encoding)
+    and may override :meth:`combine` (what to do with the kept hidden states, e.g. fusion).
+    """
+
+    cfg: ChunkedConfig
+
+    def check_backbone(self, spec: BackboneSpec) -> None:
+        c = self.cfg
+        check(c.chunk_size <= spec.max_positions, "method.chunk_size", c.chunk_size,
+              f"must be <= the backbone's max positions ({spec.max_positions})")
+        if c.chunk_special_tokens:
+            n_spec = len(spec.prefix_ids) + len(spec.suffix_ids)
+            check(c.overlap < c.chunk_size - n_spec, "method.overlap", c.overlap,
+                  f"must be < method.chunk_size minus the {n_spec} special tokens per chunk "
+                  f"({c.chunk_size - n_spec}) with method.chunk_special_tokens=true")
+
+    # ------------------------------------------------------------------------------ planning (CPU)
+    def layout(self, doc_len: torch.Tensor, prefix_len: torch.Tensor | None = None) -> ChunkLayout:
+        """Chunk rows for documents of ``doc_len`` tokens (specials included), with optional prefixes."""
+        doc_len = doc_len.long().cpu()  # one small host copy per batch: every shape depends on it
+        if bool((doc_len <= 0).any()):
+            empty = (doc_len <= 0).nonzero().squeeze(1).tolist()
+            raise ValueError(f"documents {empty} of the batch have no tokens: drop empty inputs upstream")
+        c = self.cfg
+        return layout_chunks(doc_len, prefix_len, chunk_size=c.chunk_size, overlap=c.overlap,
+                             n_head=len(self.spec.prefix_ids), n_tail=len(self.spec.suffix_ids),
+                             chunk_special_tokens=c.chunk_special_tokens)
+
+    def select(self, layout: ChunkLayout, training: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row positions to keep ``[R, G]`` and which are real ``[R, G]`` (CPU; invalid ones = 0)."""
+        raise NotImplementedError
+
+    def combine(self, kept: torch.Tensor, layout: ChunkLayout) -> torch.Tensor:
+        """Turn the kept hidden states ``[R, G, d]`` into what the decoder sees, same shape."""
+        return kept
+
+    # ------------------------------------------------------------------------------------ encoding
+    def encode(self, encoder, input_ids, attention_mask, *, training: bool, prefix_ids=None,
+               prefix_mask=None) -> Encoded:
+        dev = input_ids.device
+        batch = input_ids.shape[0]
+        if prefix_ids is not None and prefix_mask is None:
+            prefix_mask = torch.ones_like(prefix_ids)
+        lengths = attention_mask.sum(1)  # [batch]
+        if prefix_ids is not None:  # one host copy for both (every shape below depends on them)
+            doc_len, prefix_len = torch.stack([lengths, prefix_mask.sum(1).to(lengths.dtype)]).cpu()
+        else:
+            doc_len, prefix_len = lengths.cpu(), None
+        lay = self.layout(doc_len, prefix_len)
+        spec = self.spec
+        wrap = self.cfg.chunk_special_tokens
+        ids, mask = gather_chunk_ids(lay, input_ids, pad_id=spec.pad_id,
+                                     head_ids=spec.prefix_ids if wrap else (),
+                                     tail_ids=spec.suffix_ids if wrap else (), prefix_ids=prefix_ids)
+        mask = mask.to(attention_mask.dtype)
+        pos, valid = self.select(lay, training)  # [R, G] CPU
+        picks: list = [(None, pos.to(dev))]
+        p_max = int(lay.doc_prefix.max()) if prefix_len is not None else 0
+        if p_max:
+            first = lay.table.first  # [batch] row holding each document's prefix copy we keep
+            j = torch.arange(p_max)[None, :]  # [1, P]
+            picks.append((first, torch.minimum(j, lay.row_len[first][:, None] - 1).to(dev)))  # [batch, P]
+        micro = self.cfg.encoder_batch_size or auto_encoder_batch_size(
+            ids.device, ids.shape[1], self.spec, training=training and torch.is_grad_enabled())
+        kept, *pre = encode_chunks(encoder, ids, mask, lay.row_len, micro, picks)
+        rows = self.combine(kept, lay)  # [R, G, d]
+        head = (pre[0], torch.arange(p_max)[None, :] < lay.doc_prefix[:, None]) if p_max else None
+        hidden, out_mask = pack_rows(rows, valid, lay.table.doc, batch, head, attention_mask.dtype)
+        return Encoded(hidden, out_mask)
+
+    def decoder_length(self, n_tokens: int) -> int:
+        """Decoder-side length for one document of ``n_tokens`` (specials included), no prefix."""
+        _, valid = self.select(self.layout(torch.tensor([n_tokens])), training=False)
+        return int(valid.sum())
