@@ -1,8 +1,12 @@
 """Recompute ROUGE/BERTScore from a saved predictions file, without a GPU or a training run.
 
     python scripts/score.py results/runs/<run>/predictions_test.jsonl --out metrics_rescored.json
-    python scripts/score.py preds.jsonl --bertscore-model offline      # no hub needed
+    python scripts/score.py preds.jsonl --bertscore-model facebook/bart-large-mnli   # the paper's, or fail
     python scripts/score.py preds.jsonl --no-bertscore
+
+Defaults are train.py's (the ``metrics`` section of conf/config.yaml): BERTScore ``auto`` uses the
+paper's bart-large-mnli when it can be loaded, else the bundled offline MiniLM, and the output says
+which ran (``bertscore_model``) and with which settings (``score_settings``).
 
 Rows are ``{"id", "prediction", "reference"}`` where ``reference`` is a string or a list of strings
 (``references`` is accepted too). Rows sharing an id (SCROLLS lists one row per reference) are merged
@@ -12,9 +16,11 @@ into one document with several references; their predictions must agree.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +29,31 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scaleformer.config import BertScoreConfig, MetricsConfig
+from scaleformer.config import ConfigError, MetricsConfig
 from scaleformer.io import atomic_write_json, read_jsonl
-from scaleformer.metrics import BertScoreModelError, compute_metrics
+from scaleformer.metrics import PAPER_BERTSCORE_MODEL, BertScoreModelError, compute_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN_CONFIG = ROOT / "conf" / "config.yaml"
+
+
+def train_defaults(config_yaml: Path = TRAIN_CONFIG) -> MetricsConfig:
+    """The metrics settings train.py runs with, read from its config file so the two cannot drift.
+
+    Only the ``metrics`` section is read (typed by MetricsConfig): rescoring must not depend on the
+    backbone, data or method groups composing. A missing section is an error, not a silent fallback
+    to the dataclass defaults (whose BERTScore model is the paper's, which fails offline).
+    """
+    from omegaconf import OmegaConf
+
+    section = OmegaConf.load(config_yaml).get("metrics")
+    if section is None:
+        raise ConfigError(f"{config_yaml} has no metrics section: scripts/score.py reads train.py's "
+                          "metrics defaults from there")
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(MetricsConfig), section))
+    except Exception as e:
+        raise ConfigError(f"{config_yaml}: metrics section: {str(e).splitlines()[0]}") from None
 
 
 def load_predictions(path: str | Path) -> tuple[list[str], list[list[str]]]:
@@ -47,44 +75,84 @@ def load_predictions(path: str | Path) -> tuple[list[str], list[list[str]]]:
     return [d["prediction"] for d in docs.values()], [d["references"] for d in docs.values()]
 
 
+def _settings(args: argparse.Namespace, defaults: MetricsConfig) -> MetricsConfig:
+    """train.py's settings with the command line's changes; a layer count follows its model."""
+    bs = defaults.bertscore
+    model = args.bertscore_model or bs.model_type
+    num_layers = args.bertscore_num_layers
+    if num_layers is None and model in (bs.model_type, "auto", PAPER_BERTSCORE_MODEL):
+        num_layers = bs.num_layers  # another model: bert-score's own table (or an error naming the key)
+    return dataclasses.replace(
+        defaults,
+        use_stemmer=args.use_stemmer or defaults.use_stemmer,
+        sentence_splitter=args.sentence_splitter or defaults.sentence_splitter,
+        bertscore=dataclasses.replace(bs, enabled=bs.enabled and not args.no_bertscore, model_type=model,
+                                      num_layers=num_layers,
+                                      batch_size=bs.batch_size if args.batch_size is None else args.batch_size),
+    )
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    try:
+        defaults = train_defaults()
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("predictions", help="predictions .jsonl (id, prediction, reference)")
     ap.add_argument("--out", help="write the metrics here (atomically); default: print only")
     ap.add_argument("--no-bertscore", action="store_true", help="ROUGE only")
-    ap.add_argument("--bertscore-model", default=BertScoreConfig.model_type,
-                    help="hub id, local folder, 'offline' (bundled MiniLM) or 'auto' "
-                         f"(default: {BertScoreConfig.model_type})")
+    ap.add_argument("--bertscore-model", default=None,
+                    help="hub id, local folder, 'offline' (bundled MiniLM) or 'auto' (the paper's model "
+                         f"when it loads, else offline; default: {defaults.bertscore.model_type}, as train.py)")
     ap.add_argument("--bertscore-num-layers", type=int, default=None,
                     help="layer for a local folder or unlisted hub model (default: the paper's 11 for "
                          "bart-large-mnli, bert-score's table for others)")
-    ap.add_argument("--batch-size", type=int, default=BertScoreConfig.batch_size)
-    ap.add_argument("--sentence-splitter", choices=("auto", "nltk", "regex"), default="auto")
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help=f"BERTScore batch size (default: {defaults.bertscore.batch_size})")
+    ap.add_argument("--sentence-splitter", choices=("auto", "nltk", "regex"), default=None,
+                    help=f"default: {defaults.sentence_splitter}")
     ap.add_argument("--use-stemmer", action="store_true", help="not the SCROLLS default")
     ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
-    predictions, references = load_predictions(args.predictions)
-    num_layers = args.bertscore_num_layers
-    if num_layers is None and args.bertscore_model in (BertScoreConfig.model_type, "auto"):
-        num_layers = BertScoreConfig.num_layers
-    cfg = MetricsConfig(
-        use_stemmer=args.use_stemmer,
-        sentence_splitter=args.sentence_splitter,
-        bertscore=BertScoreConfig(enabled=not args.no_bertscore, model_type=args.bertscore_model,
-                                  num_layers=num_layers, batch_size=args.batch_size),
-    )
     try:
-        metrics = compute_metrics(predictions, references, cfg, device=args.device)
+        cfg = _settings(args, defaults)
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
+    if not Path(args.predictions).is_file():
+        sys.exit(f"error: predictions file {args.predictions} does not exist")
+    try:
+        predictions, references = load_predictions(args.predictions)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    device = args.device
+    if device is None and cfg.bertscore.enabled:  # resolved here so the output records what ran
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        metrics = compute_metrics(predictions, references, cfg, device=device)
     except BertScoreModelError as e:
         sys.exit(f"error: {e}\n(score.py: --bertscore-model offline|auto|PATH, or --no-bertscore)")
     metrics["predictions_file"] = str(args.predictions)
-    text = json.dumps(metrics, indent=2)
+    metrics["score_settings"] = {
+        "metrics": dataclasses.asdict(cfg),
+        "defaults_from": TRAIN_CONFIG.relative_to(ROOT).as_posix(),
+        "device": device,
+        "versions": {d: _version(d) for d in ("rouge-score", "bert-score", "nltk")},
+    }
     if args.out:
         atomic_write_json(args.out, metrics)
         print(f"wrote {args.out}", file=sys.stderr)
-    print(text)
+    print(json.dumps(metrics, indent=2))
     return metrics
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,13 +12,21 @@ from pathlib import Path
 import pytest
 from rouge_score import rouge_scorer
 
+from scaleformer import hub
 from scaleformer import metrics as M
-from scaleformer import splitter
 from scaleformer.config import BertScoreConfig, MetricsConfig
 from scaleformer.hub import HubUnreachableError
+from scaleformer.metrics import bertscore
+from scaleformer.metrics import sentences as splitter
 
 ROOT = Path(__file__).resolve().parents[1]
 TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+
+
+@pytest.fixture(autouse=True)
+def new_run():
+    """Each test is its own run: once-per-run notices start unshown."""
+    M.reset_notices()
 
 
 def _cfg(bertscore: bool = False, **bs) -> MetricsConfig:
@@ -117,6 +126,20 @@ def test_parallel_rouge_matches_sequential():
     assert seq["rouge1"] > 0
 
 
+def test_progress_bar_only_for_long_sets_and_never_off_a_terminal(monkeypatch, capsys):
+    from scaleformer.metrics import rouge
+
+    seen, real_tqdm = [], rouge.tqdm
+    monkeypatch.setattr(rouge, "tqdm", lambda it, **kw: seen.append(kw["disable"]) or real_tqdm(it, **kw))
+    few = M.compute_rouge(["The cat sat."], [["The cat sat."]], sentence_splitter="regex")
+    n = rouge._MANY_PAIRS
+    many = M.compute_rouge(["The cat sat."] * n, [["The cat sat."]] * n, sentence_splitter="regex",
+                           num_workers=1)
+    assert seen == [True, None]  # few: never; many: on a terminal (tqdm's disable=None)
+    assert few["rouge1"] == many["rouge1"] == pytest.approx(100.0)
+    assert capsys.readouterr().err == ""  # captured output is not a terminal: no bar
+
+
 # ------------------------------------------------------------------------------------------- splitter
 
 @pytest.mark.parametrize("text, expected", [
@@ -156,10 +179,10 @@ def no_hub(monkeypatch, tmp_path):
 def test_unreachable_hub_model_raises_clear_error_fast(no_hub, monkeypatch):
     import time
 
-    def no_network(repo, timeout):
+    def no_network(*args, **kwargs):
         raise AssertionError("HF_HUB_OFFLINE=1 must be honoured before any network call")
 
-    monkeypatch.setattr(M, "_probe_hub", no_network)
+    monkeypatch.setattr(hub, "_probe", no_network)
     start = time.perf_counter()
     with pytest.raises(M.BertScoreModelError, match="hub cannot be reached.*HF_HUB_OFFLINE") as e:
         M.resolve_bertscore_model(BertScoreConfig(model_type="facebook/bart-large-mnli"))
@@ -172,11 +195,11 @@ def test_unreachable_hub_without_offline_flag_uses_probe(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setattr(M, "hub_offline", lambda: False)
-    monkeypatch.setattr(M, "_probe_hub", lambda repo, timeout: "ConnectError: no route")
+    monkeypatch.setattr(hub, "offline_mode", lambda: False)
+    monkeypatch.setattr(hub, "_probe", lambda host, port: "ConnectError: no route")
     with pytest.raises(M.BertScoreModelError, match="no route"):
         M.resolve_bertscore_model(BertScoreConfig())
-    monkeypatch.setattr(M, "_probe_hub", lambda repo, timeout: None)
+    monkeypatch.setattr(hub, "_probe", lambda host, port: None)
     m = M.resolve_bertscore_model(BertScoreConfig())
     assert (m.name, m.path, m.num_layers, m.source) == ("facebook/bart-large-mnli",) * 2 + (11, "hub")
 
@@ -201,6 +224,40 @@ def test_cached_model_is_used_from_the_cache(no_hub, tmp_path):
     (snap / "model.safetensors").unlink()  # config without weights: a partial download is not cached
     with pytest.raises(M.BertScoreModelError):
         M.resolve_bertscore_model(BertScoreConfig())
+
+
+def test_cache_check_without_weights_for_tokenizers_and_configs(no_hub, tmp_path):
+    snap = tmp_path / "hf" / "models--org--tok" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (tmp_path / "hf" / "models--org--tok" / "refs").mkdir()
+    (tmp_path / "hf" / "models--org--tok" / "refs" / "main").write_text("abc123")
+    assert hub.cached_snapshot("org/tok") is None  # a model needs its weights
+    assert hub.cached_snapshot("org/tok", weights=False) == snap
+    assert hub.cached_snapshot("not a valid id!") is None
+
+
+def test_one_hub_probe_with_one_timeout(monkeypatch, tmp_path):
+    """Backbone, data and metrics share hub.py's TCP probe; nothing else in the package probes."""
+    sources = {p.relative_to(ROOT).as_posix(): p.read_text() for p in (ROOT / "scaleformer").rglob("*.py")}
+    probing = sorted(f for f, text in sources.items()
+                     if any(w in text for w in ("create_connection", "model_info(", "PROBE_TIMEOUT_S =")))
+    assert probing == ["scaleformer/hub.py"]
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.setattr(hub, "offline_mode", lambda: False)
+    monkeypatch.setattr(hub.urllib.request, "getproxies", dict)
+    calls = []
+
+    def refuse(address, timeout):
+        calls.append((address, timeout))
+        raise ConnectionRefusedError("refused")
+
+    monkeypatch.setattr(hub.socket, "create_connection", refuse)
+    with pytest.raises(M.BertScoreHubError, match="huggingface.co:443: refused"):
+        M.resolve_bertscore_model(BertScoreConfig(model_type=M.PAPER_BERTSCORE_MODEL))
+    assert calls == [(("huggingface.co", 443), hub.PROBE_TIMEOUT_S)]
 
 
 def test_local_folder_needs_num_layers(tmp_path):
@@ -246,9 +303,9 @@ def test_bertscore_multi_reference_empty_prediction_and_caching():
     assert one["bertscore_f1"] < 60.0
     mixed = M.compute_bertscore([ref, ""], [[ref], [ref]], bs)
     assert mixed["bertscore_f1"] == pytest.approx(50.0, abs=0.01)  # empty prediction: 0, no crash
-    n_cached = len(M._SCORERS)
+    n_cached = len(bertscore._SCORERS)
     M.compute_bertscore([ref], [[ref]], bs)
-    assert n_cached >= 1 and len(M._SCORERS) == n_cached  # the model is loaded once per process
+    assert n_cached >= 1 and len(bertscore._SCORERS) == n_cached  # the model is loaded once per process
     model = M.offline_model()
     assert M.get_bertscorer(model, bs, "cpu") is M.get_bertscorer(model, bs, "cpu")
 
@@ -265,7 +322,51 @@ def test_bertscore_idf_weights_change_partial_matches_only():
     assert 0.0 < idf["bertscore_f1"] < 100.0
 
 
+def test_auto_fallback_notice_once_per_run(no_hub, caplog):
+    cfg = _cfg(bertscore=True, model_type="auto")
+    pred, ref = ["The committee approved the budget."], [["The committee approved the budget."]]
+    with caplog.at_level(logging.WARNING, logger="scaleformer.metrics"):
+        first = M.compute_metrics(pred, ref, cfg)   # e.g. the validation split
+        second = M.compute_metrics(pred, ref, cfg)  # the test split of the same run
+    notices = [r for r in caplog.records if "offline stand-in" in r.getMessage()]
+    assert len(notices) == 1 and "not comparable" in notices[0].getMessage()
+    assert first["bertscore_model"] == second["bertscore_model"] == M.OFFLINE_MODEL_NAME
+    assert first["bertscore_model_requested"] == "auto" and second["bertscore_model_source"] == "offline"
+    caplog.clear()
+    M.reset_notices()  # the next run of a multirun in the same process is told again
+    with caplog.at_level(logging.WARNING, logger="scaleformer.metrics"):
+        M.resolve_bertscore_model(cfg.bertscore)
+    assert sum("offline stand-in" in r.getMessage() for r in caplog.records) == 1
+
+
 # ------------------------------------------------------------------------------------------ score.py
+
+def test_score_script_defaults_are_train_py_and_work_offline(tmp_path):
+    """The README's command as is: train.py's BERTScore default (auto) falls back to MiniLM offline."""
+    from omegaconf import OmegaConf
+
+    train_bs = OmegaConf.load(ROOT / "conf" / "config.yaml").metrics.bertscore
+    assert train_bs.model_type == "auto"
+    pred_file = tmp_path / "predictions_validation.jsonl"
+    pred_file.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"id": "a", "prediction": "The committee approved the budget.", "reference": "The budget was approved."},
+        {"id": "b", "prediction": "Penguins swim.", "reference": "Penguins live in cold seas."}]))
+    out = tmp_path / "rescored.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hf")}
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "score.py"), str(pred_file), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(out.read_text())
+    assert got["bertscore_model_requested"] == train_bs.model_type
+    assert (got["bertscore_model"], got["bertscore_model_source"]) == (M.OFFLINE_MODEL_NAME, "offline")
+    assert 0.0 < got["bertscore_f1"] <= 100.0 and got["bertscore_num_layers"] == 6
+    settings = got["score_settings"]
+    assert settings["metrics"]["bertscore"]["model_type"] == "auto" and settings["device"] == "cpu"
+    assert settings["defaults_from"] == "conf/config.yaml" and settings["versions"]["rouge-score"]
+    assert got["sentence_splitter"] in ("nltk", "regex") and got["predictions_file"] == str(pred_file)
+    assert proc.stderr.count("offline stand-in") == 1
+
+
 
 def test_score_script_on_saved_predictions(tmp_path):
     rows = [
