@@ -11,7 +11,8 @@ STAMP  := $(VENV)/.installed
 PROFILE ?= paper
 FORCE   ?=
 LAUNCHER ?=
-REPRO   = $(PY) scripts/reproduce.py --profile $(PROFILE) $(if $(FORCE),--force) $(if $(LAUNCHER),--launcher $(LAUNCHER))
+METHODS ?=
+REPRO   = $(PY) scripts/reproduce.py --profile $(PROFILE) $(if $(FORCE),--force) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(METHODS),--methods $(METHODS))
 
 .PHONY: setup run test test-all lint clean table1 table2 figure2 bench
 
@@ -33,7 +34,7 @@ test: setup         ## fast test tier (what CI runs)
 test-all: setup     ## every test, slow ones included (gpu ones skip without CUDA)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-table1: setup       ## results/table1.{md,csv,tex}  (PROFILE=paper|tiny, FORCE=1 re-runs)
+table1: setup       ## results/table1.{md,csv,tex}  (PROFILE=paper|tiny, FORCE=1 re-runs, METHODS=all adds rows)
 	$(REPRO) table1
 
 table2: setup       ## results/table2.{md,csv,tex}
@@ -49,4 +50,4 @@ lint: setup
 	$(VENV)/bin/ruff check scaleformer tests scripts train.py
 
 clean:
-	rm -rf outputs multirun .pytest_cache
+	rm -rf results/debug .pytest_cache

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
@@ -104,7 +103,3 @@ def build_model(cfg: BackboneConfig, conf: PretrainedConfig) -> PreTrainedModel:
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()
     return model
-
-
-def encoder_of(model: PreTrainedModel) -> torch.nn.Module:
-    return model.get_encoder()

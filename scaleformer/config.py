@@ -7,10 +7,10 @@ configs live beside their method (``scaleformer/methods/*.py``) and are validate
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
 
 class ConfigError(ValueError):
@@ -141,15 +141,24 @@ class OptimConfig:
         check(self.warmup_steps >= 0, "optim.warmup_steps", self.warmup_steps, "must be >= 0")
 
 
+# Lightning precision strings; "auto" (ours) picks bf16-mixed on GPUs that have it, else 32-true.
+PRECISIONS = ("auto", "64-true", "64", "32-true", "32", "16-mixed", "16-true", "bf16-mixed", "bf16-true",
+              "transformer-engine", "transformer-engine-float16")
+
+
 @dataclass
 class TrainerConfig:
-    """Lightning Trainer settings plus what to run: fit, then evaluate `eval_splits`."""
+    """Lightning Trainer settings plus what to run: fit, then evaluate `eval_splits`.
+
+    Keys named here are typed and range-checked; any other key of the `trainer` group (e.g.
+    ``strategy``, ``num_nodes``, ``plugins``, ``deterministic``) is passed to ``lightning.Trainer``
+    as is (see :func:`trainer_config`) and validated by Lightning itself.
+    """
 
     max_steps: int = 1000
     max_epochs: int | None = None
     accelerator: str = "auto"
     devices: Any = "auto"
-    # "auto": bf16-mixed on CUDA, 32-true on CPU.
     precision: str = "auto"
     gradient_clip_val: float | None = 1.0
     accumulate_grad_batches: int = 1
@@ -160,9 +169,13 @@ class TrainerConfig:
     enable_progress_bar: bool = True
     do_train: bool = True
     eval_splits: list[str] = field(default_factory=lambda: ["validation", "test"])
-    # Resume: a checkpoint path, or "last" for this run's latest checkpoint.
-    ckpt_path: str | None = None
-    save_checkpoints: bool = True
+    # "last": continue from this run's newest checkpoint when it has one (else start fresh);
+    # a path: start from that checkpoint; null: start fresh (this run's checkpoints are replaced).
+    ckpt_path: str | None = "last"
+    # A checkpoint every N optimiser steps, and always one at the end of training.
+    checkpoint_every_n_steps: int = 500
+    # Lightning Trainer arguments this schema does not name, passed through unchanged.
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check(self.max_steps == -1 or self.max_steps > 0, "trainer.max_steps", self.max_steps,
@@ -170,26 +183,49 @@ class TrainerConfig:
         _positive("trainer.max_epochs", self.max_epochs, allow_none=True)
         _positive("trainer.accumulate_grad_batches", self.accumulate_grad_batches)
         _positive("trainer.log_every_n_steps", self.log_every_n_steps)
-        check(self.precision in ("auto", "32-true", "32", "bf16-mixed", "bf16-true", "16-mixed"),
-              "trainer.precision", self.precision, "must be auto, 32-true, bf16-mixed, bf16-true or 16-mixed")
+        _positive("trainer.checkpoint_every_n_steps", self.checkpoint_every_n_steps)
+        check(self.precision in PRECISIONS, "trainer.precision", self.precision, f"must be one of {', '.join(PRECISIONS)}")
         for s in self.eval_splits:
             check(s in ("validation", "test"), "trainer.eval_splits", s, "entries must be validation or test")
 
 
-@dataclass
-class LoggerConfig:
-    # "csv", "wandb" or "tensorboard".
-    kind: str = "csv"
-    project: str = "scaleformer"
-    # wandb: "offline" unless the user asks for "online".
-    mode: str = "offline"
-    save_dir: str = "outputs/logs"
+def trainer_config(raw: DictConfig | dict[str, Any]) -> TrainerConfig:
+    """Type the keys :class:`TrainerConfig` names; check the others are ``lightning.Trainer`` arguments."""
+    import inspect
 
-    def __post_init__(self) -> None:
-        check(self.kind in ("csv", "wandb", "tensorboard"), "logger.kind", self.kind,
-              "must be csv, wandb or tensorboard")
-        check(self.mode in ("offline", "online", "disabled"), "logger.mode", self.mode,
-              "must be offline, online or disabled")
+    from lightning.pytorch import Trainer
+
+    raw = OmegaConf.to_container(raw, resolve=True) if isinstance(raw, DictConfig) else dict(raw)
+    known = {f.name for f in fields(TrainerConfig)} - {"extra"}
+    extra = {k: v for k, v in raw.items() if k not in known}
+    accepted = set(inspect.signature(Trainer.__init__).parameters) - {"self"}
+    ours = {"logger", "callbacks", "enable_checkpointing", "default_root_dir"}  # built by the run itself
+    for k in extra:
+        check(k in accepted and k not in ours, f"trainer.{k}", extra[k],
+              "is not an argument of lightning.pytorch.Trainer" if k not in accepted else
+              "is set by the run (use the logger/callbacks groups and paths.*)")
+    schema = OmegaConf.structured(TrainerConfig)
+    try:
+        merged = OmegaConf.merge(schema, {k: v for k, v in raw.items() if k in known})
+    except Exception as e:
+        raise ConfigError(f"trainer: {str(e).splitlines()[0]}{_key_hint(e)}") from None
+    obj: TrainerConfig = OmegaConf.to_object(merged)
+    obj.extra = extra
+    return obj
+
+
+@dataclass
+class PathsConfig:
+    """Where files go. Every file of one run sits under ``runs/<run id>/``."""
+
+    # Parent of results (tables, figures) and of the runs folder.
+    root: str = "results"
+    runs: str = "results/runs"
+    # Tokenized data and generated synthetic sets (safe to delete).
+    cache: str = ".cache/scaleformer"
+    # Set at start-up from the run's identity (or `run_name`), for logger and callback configs to use.
+    run_id: str | None = None
+    run_dir: str | None = None
 
 
 @dataclass
@@ -228,21 +264,26 @@ class Config:
     data: DataConfig = MISSING
     # Validated against the chosen method's own dataclass (see scaleformer.methods).
     method: Any = MISSING
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    # Named keys typed by TrainerConfig; the rest go to lightning.Trainer (see trainer_config).
+    trainer: Any = MISSING
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    # name -> {_target_: a Lightning logger class, ...}, instantiated by Hydra (null entries are off).
+    logger: dict[str, Any] = field(default_factory=dict)
+    # name -> {_target_: a Lightning callback class, ...}, likewise.
+    callbacks: dict[str, Any] = field(default_factory=dict)
     optim: OptimConfig = field(default_factory=OptimConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     seed: int = 42
-    # Parent of each run's results folder (named from data, method, backbone and a config hash).
-    results_dir: str = "results/runs"
-    # Where checkpoints and logger files go (not results/: Lightning writes them non-atomically).
-    work_dir: str = "outputs"
+    # The run folder's name; default <data>-<method option>-<backbone>-<training identity hash>.
     run_name: str | None = None
     # Free-form label saved with the results (e.g. which artifact asked for the run).
     tag: str | None = None
     # Return the saved metrics instead of re-running when this exact config already has results.
     skip_existing: bool = False
+    # The config group options the run was composed from (group -> option), filled by train.py and
+    # compose_config from Hydra; runs, tables and metrics.json name the method by its option.
+    choices: dict[str, Any] = field(default_factory=dict)
 
 
 def register_configs() -> None:
@@ -261,38 +302,52 @@ class RunConfig:
     data: DataConfig
     method: Any
     trainer: TrainerConfig
-    logger: LoggerConfig
+    paths: PathsConfig
+    logger: dict[str, Any]
+    callbacks: dict[str, Any]
     optim: OptimConfig
     generation: GenerationConfig
     metrics: MetricsConfig
     seed: int
-    results_dir: str
-    work_dir: str
     run_name: str | None
     tag: str | None
     skip_existing: bool
-    raw: DictConfig  # the resolved DictConfig, saved with the results
+    choices: dict[str, Any]
+    raw: DictConfig  # the resolved DictConfig (run paths filled in), saved with the results
+
+    @property
+    def method_option(self) -> str:
+        """The `method` option the user chose (e.g. scaleformer_middle); the class name without one."""
+        return str(self.choices.get("method") or self.method.name)
 
 
 def to_config(cfg: DictConfig) -> RunConfig:
-    """Validate every group (types, unknown keys, ranges) and return typed objects."""
+    """Validate every group (types, unknown keys, ranges), fill the run paths, return typed objects."""
+    from scaleformer.identity import fill_run_paths
     from scaleformer.methods import method_config
 
-    resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True))
+    try:
+        resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True))
+    except Exception as e:
+        raise ConfigError(str(e).splitlines()[0] + _key_hint(e)) from None
     schema = OmegaConf.structured(Config)
-    method_raw = resolved.method  # typed by its method's own dataclass below
+    method_raw, trainer_raw = resolved.method, resolved.trainer  # typed by their own schemas below
     try:
         merged = OmegaConf.merge(schema, resolved)
     except Exception as e:  # omegaconf's errors name the key; keep them, drop the traceback noise
         raise ConfigError(str(e).splitlines()[0] + _key_hint(e)) from None
     obj: Config = OmegaConf.to_object(merged)  # runs __post_init__ range checks
-    method_cfg = method_config(method_raw)
-    return RunConfig(
-        backbone=obj.backbone, data=obj.data, method=method_cfg, trainer=obj.trainer, logger=obj.logger,
-        optim=obj.optim, generation=obj.generation, metrics=obj.metrics, seed=obj.seed,
-        results_dir=obj.results_dir, work_dir=obj.work_dir, run_name=obj.run_name,
-        tag=obj.tag, skip_existing=obj.skip_existing, raw=resolved,
+    for group in ("logger", "callbacks"):
+        for name, node in getattr(obj, group).items():
+            check(node is None or (isinstance(node, dict) and isinstance(node.get("_target_"), str)),
+                  f"{group}.{name}", node, "must be null or a mapping with a _target_ class path")
+    rc = RunConfig(
+        backbone=obj.backbone, data=obj.data, method=method_config(method_raw),
+        trainer=trainer_config(trainer_raw), paths=obj.paths, logger=obj.logger, callbacks=obj.callbacks,
+        optim=obj.optim, generation=obj.generation, metrics=obj.metrics, seed=obj.seed, run_name=obj.run_name,
+        tag=obj.tag, skip_existing=obj.skip_existing, choices=dict(obj.choices), raw=resolved,
     )
+    return fill_run_paths(rc, cfg)
 
 
 def _key_hint(e: Exception) -> str:
@@ -311,4 +366,13 @@ def compose_config(overrides: list[str] | None = None, config_dir: str | None = 
     conf = config_dir or str(Path(__file__).resolve().parents[1] / "conf")
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=conf, version_base="1.3"):
-        return compose(config_name="config", overrides=overrides or [])
+        cfg = compose(config_name="config", overrides=overrides or [], return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.choices = group_choices(cfg.hydra.runtime.choices)
+        del cfg["hydra"]
+    return cfg
+
+
+def group_choices(choices: Any) -> dict[str, Any]:
+    """Hydra's runtime choices (group -> option) of the project's own groups, without hydra/*."""
+    return {k: v for k, v in dict(choices).items() if not str(k).startswith("hydra")}

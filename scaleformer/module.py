@@ -25,6 +25,7 @@ class SummarizationModule(pl.LightningModule):
         tokenizer: Any,
         optim: OptimConfig,
         generation: GenerationConfig,
+        meta: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.model = method.wrap(model)
@@ -34,6 +35,13 @@ class SummarizationModule(pl.LightningModule):
         self.gen_cfg = generation
         # Validation predictions of the current epoch, read by the metrics callback.
         self.val_outputs: list[dict[str, Any]] = []
+        # What checkpoints record about the run (backbone, method, training identity).
+        self.meta = meta or {}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        from scaleformer.checkpoints import META_KEY
+
+        checkpoint[META_KEY] = self.meta
 
     # ----------------------------------------------------------------------------------- encoder
     def encode(self, batch: dict[str, Any], training: bool) -> Encoded:
@@ -67,7 +75,7 @@ class SummarizationModule(pl.LightningModule):
             min_new_tokens=g.min_new_tokens,
             length_penalty=g.length_penalty,
             no_repeat_ngram_size=g.no_repeat_ngram_size,
-            early_stopping=True,
+            **({"early_stopping": True} if g.num_beams > 1 else {}),  # a beam-search flag only
         )
         return self.tokenizer.batch_decode(out, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 

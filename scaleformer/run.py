@@ -1,12 +1,13 @@
-"""One run: validate the config, build backbone + method + data, train, evaluate, write results.
+"""One run: validate the config, build backbone + method + data, train (or continue, or load), evaluate.
 
-Everything that can be checked (config ranges, method vs backbone limits, data fields) is checked
-before the model weights are built, so a mistake costs seconds, not a GPU allocation.
+Everything that can be checked (config ranges, method vs backbone limits, data fields, the
+checkpoint to start from, loggers and callbacks) is checked before the model weights are built, so
+a mistake costs seconds, not a GPU allocation. Where the files go and what names them:
+:mod:`scaleformer.identity`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import subprocess
@@ -16,127 +17,85 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
+from scaleformer import checkpoints, identity
 from scaleformer.backbone import backbone_spec, build_model, load_tokenizer, model_config
-from scaleformer.callbacks import ValidationRouge, log_metrics
-from scaleformer.config import RunConfig, to_config
+from scaleformer.callbacks import StepProgressBar, log_metrics
+from scaleformer.config import ConfigError, RunConfig, to_config
+from scaleformer.console import count_parameters, log_to_file, quiet, summary_table
 from scaleformer.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
-from scaleformer.methods import build_method
+from scaleformer.methods import Method, build_method
 from scaleformer.module import SummarizationModule
 
 log = logging.getLogger("scaleformer")
 
-# Keys that change where or how loudly a run happens, not what it computes.
-_NOT_IDENTITY = ("logger", "results_dir", "work_dir", "run_name", "tag", "skip_existing",
-                 "trainer.enable_progress_bar",
-                 "trainer.ckpt_path", "trainer.accelerator", "trainer.devices", "trainer.eval_splits",
-                 "trainer.save_checkpoints", "data.num_workers", "data.cache_dir")
 
+def run(cfg: Any) -> dict[str, Any]:
+    """Train (when asked) and evaluate one configuration; returns the metrics.json content."""
+    from scaleformer.metrics import reset_notices
 
-def config_hash(raw: DictConfig) -> str:
-    """Short hash of what determines a run's numbers (used to name, find and skip runs)."""
-    d = OmegaConf.to_container(raw, resolve=True)
-    for key in _NOT_IDENTITY:
-        *parents, leaf = key.split(".")
-        node = d
-        for p in parents:
-            node = node.get(p, {}) if isinstance(node, dict) else {}
-        if isinstance(node, dict):
-            node.pop(leaf, None)
-    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:10]
-
-
-def run_id(rc: RunConfig) -> str:
-    return rc.run_name or f"{rc.data.name}-{rc.method.name}-{rc.backbone.name}-{config_hash(rc.raw)}"
-
-
-def git_commit() -> str:
-    """HEAD's hash, with '-dirty' when the tree has uncommitted changes ('unknown' outside git)."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=5).stdout.strip()
-        return head + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def _precision(p: str) -> str:
-    if p != "auto":
-        return p
-    return "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "32-true"
-
-
-def _loggers(rc: RunConfig, rid: str) -> list[Any]:
-    from lightning.pytorch import loggers
-
-    lc = rc.logger
-    if lc.kind == "csv":
-        return [loggers.CSVLogger(lc.save_dir, name=rid)]
-    if lc.kind == "tensorboard":
-        return [loggers.TensorBoardLogger(lc.save_dir, name=rid)]
-    Path(lc.save_dir).mkdir(parents=True, exist_ok=True)
-    return [loggers.WandbLogger(project=lc.project, name=rid, save_dir=lc.save_dir, mode=lc.mode,
-                                config=OmegaConf.to_container(rc.raw, resolve=True))]
-
-
-def build_trainer(rc: RunConfig, rid: str, ckpt_dir: Path) -> pl.Trainer:
-    t = rc.trainer
-    callbacks: list[Any] = [ValidationRouge(rc.metrics)]
-    if t.save_checkpoints:
-        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0,
-                                                      every_n_train_steps=max(1, t.log_every_n_steps)))
-    return pl.Trainer(
-        max_steps=t.max_steps, max_epochs=t.max_epochs, accelerator=t.accelerator, devices=t.devices,
-        precision=_precision(t.precision), gradient_clip_val=t.gradient_clip_val,
-        accumulate_grad_batches=t.accumulate_grad_batches, val_check_interval=t.val_check_interval,
-        check_val_every_n_epoch=t.check_val_every_n_epoch, limit_val_batches=t.limit_val_batches,
-        num_sanity_val_steps=0, log_every_n_steps=t.log_every_n_steps,
-        enable_progress_bar=t.enable_progress_bar, logger=_loggers(rc, rid), callbacks=callbacks,
-        enable_checkpointing=t.save_checkpoints, default_root_dir=str(ckpt_dir.parent),
-    )
-
-
-def run(cfg: DictConfig) -> dict[str, Any]:
-    """Train (optional) and evaluate one configuration; returns the metrics.json content."""
     started = time.time()
+    quiet()
+    reset_notices()  # a multirun's runs each say once which BERTScore model they used
     rc = to_config(cfg)  # every key, type and range, before anything heavy
-    rid = run_id(rc)
-    out_dir = Path(rc.results_dir) / rid
-    if rc.skip_existing and (existing := read_results(out_dir)) is not None:
-        log.info("run %s already has results in %s: skipped (skip_existing=true)", rid, out_dir)
+    expected = identity.expected_eval_dir(rc)
+    if rc.skip_existing and expected is not None and (existing := read_results(expected)) is not None:
+        log.info("run %s already has results in %s: skipped (skip_existing=true)", rc.paths.run_id, expected)
         return existing
+    ckpt = checkpoints.resolve(rc.trainer.ckpt_path, checkpoint_dir(rc))
+    with log_to_file(identity.run_dir(rc) / "train.log"):
+        return _run(rc, ckpt, started)
+
+
+def _run(rc: RunConfig, ckpt: Path | None, started: float) -> dict[str, Any]:
     pl.seed_everything(rc.seed, workers=True, verbose=False)
     tokenizer = load_tokenizer(rc.backbone)
     conf = model_config(rc.backbone, tokenizer)
     method = build_method(rc.method, backbone_spec(rc.backbone, tokenizer, conf))
+    described = describe_method(rc, method)
+    start = checkpoints.peek(ckpt) if ckpt is not None else None
+    if start is not None:
+        checkpoints.check_compatible(start["meta"], rc.backbone.name, described, ckpt)
+    loggers, callbacks = instantiate_all(rc.logger, "logger"), instantiate_all(rc.callbacks, "callbacks")
+    trainer = build_trainer(rc, loggers, callbacks)
 
     from scaleformer.data import SummarizationDataModule
 
     dm = SummarizationDataModule(rc.data, tokenizer, seed=rc.seed)
     dm.prepare_data()
     dm.setup()
-    work = Path(rc.work_dir) / rid
-    log.info("run %s -> %s", rid, out_dir)
 
     model = build_model(rc.backbone, conf)
-    module = SummarizationModule(model, method, tokenizer, rc.optim, rc.generation)
-    trainer = build_trainer(rc, rid, work / "checkpoints")
+    meta = checkpoints.metadata(rc.backbone.name, described, identity.training_hash(rc))
+    module = SummarizationModule(model, method, tokenizer, rc.optim, rc.generation, meta=meta)
+    log.info("run %s: %s on %s, %s (%s parameters) -> %s", rc.paths.run_id, rc.method_option, rc.data.name,
+             type(model).__name__, count_parameters(model), rc.paths.run_dir)
+    for lg in loggers:
+        lg.log_hyperparams(OmegaConf.to_container(rc.raw, resolve=True))
 
     train_time = 0.0
     if rc.trainer.do_train and dm.has_split("train"):
+        if ckpt is None:
+            _clear_stale_checkpoints(checkpoint_dir(rc))
+        else:
+            log.info("continuing from %s (step %d)", ckpt, start["step"])
         t0 = time.time()
-        ckpt = rc.trainer.ckpt_path
-        if ckpt == "last" and not (work / "checkpoints" / "last.ckpt").exists():
-            log.warning("trainer.ckpt_path=last but %s has no last.ckpt: starting fresh", work / "checkpoints")
-            ckpt = None
         has_val = dm.has_split("validation") and rc.trainer.limit_val_batches not in (0, 0.0)
         trainer.fit(module, train_dataloaders=dm.train_dataloader(),
-                    val_dataloaders=dm.val_dataloader() if has_val else None, ckpt_path=ckpt)
+                    val_dataloaders=dm.val_dataloader() if has_val else None,
+                    ckpt_path=str(ckpt) if ckpt else None, weights_only=True)
         train_time = time.time() - t0
+        step = int(trainer.global_step)
+    elif ckpt is not None:
+        step = checkpoints.load_weights(module, ckpt, rc.backbone.name, described)
+        log.info("evaluating the weights of %s (step %d)", ckpt, step)
+    else:
+        step = 0
+        log.warning("no training (trainer.do_train=false or no train split) and no checkpoint "
+                    "(trainer.ckpt_path): scoring UNTRAINED weights")
 
+    out_dir = identity.eval_dir(rc, step)
     splits: dict[str, Any] = {}
     for split in rc.trainer.eval_splits:
         if not dm.has_split(split):
@@ -146,30 +105,106 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         log_metrics(trainer, split, splits[split])
 
     result = {
-        "run_id": rid,
-        "config_hash": config_hash(rc.raw),
+        "run_id": rc.paths.run_id,
+        "training_hash": identity.training_hash(rc),
+        "evaluation_hash": identity.evaluation_hash(rc),
+        "step": step,
         "commit": git_commit(),
         "tag": rc.tag,
-        "method": method.describe(),
+        "method": described,
         "backbone": {"name": rc.backbone.name, "pretrained": rc.backbone.pretrained, "arch": rc.backbone.arch},
         "data": {"name": rc.data.name, "summary": dm.summary()},
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "seed": rc.seed,
-        "train_steps": int(trainer.global_step),
+        "train_steps": step,
         "train_time_s": round(train_time, 2),
         "wall_time_s": round(time.time() - started, 2),
         "versions": {"torch": torch.__version__, "transformers": _version("transformers"),
                      "lightning": pl.__version__},
         "splits": splits,
     }
-    atomic_write_text(out_dir / "config.yaml", OmegaConf.to_yaml(rc.raw))
+    config_text = OmegaConf.to_yaml(rc.raw)
+    atomic_write_text(identity.run_dir(rc) / "config.yaml", config_text)
+    atomic_write_text(out_dir / "config.yaml", config_text)
     atomic_write_json(out_dir / "metrics.json", result)
-    print_summary(result, out_dir)
+    print(summary_table(result, out_dir), flush=True)
     return result
 
 
+def describe_method(rc: RunConfig, method: Method) -> dict[str, Any]:
+    """The option the user chose, the class behind it and its parameters (as metrics.json records them)."""
+    return {"option": rc.method_option, "class": type(method).__name__, **method.describe()}
+
+
+def checkpoint_dir(rc: RunConfig) -> Path | None:
+    """Where this run's checkpoints go: the checkpoint callback's folder (None when it is switched off)."""
+    for node in rc.callbacks.values():
+        if node and "Checkpoint" in str(node.get("_target_", "")) and node.get("dirpath"):
+            return Path(node["dirpath"])
+    return None
+
+
+def _clear_stale_checkpoints(ckpt_dir: Path | None) -> None:
+    """A fresh start replaces this run's checkpoints (else `last` could point at the old training)."""
+    if ckpt_dir is None or not ckpt_dir.is_dir():
+        return
+    stale = [p for p in ckpt_dir.iterdir() if p.suffix == ".ckpt"]
+    if stale:
+        log.warning("trainer.ckpt_path=null: training from scratch, replacing %d checkpoint(s) in %s "
+                    "(trainer.ckpt_path=last continues them instead)", len(stale), ckpt_dir)
+        for p in stale:
+            p.unlink()
+
+
+def instantiate_all(nodes: dict[str, Any], group: str) -> list[Any]:
+    """Build every non-null ``{_target_: ...}`` entry of a group; errors name the entry."""
+    from hydra.utils import instantiate
+
+    out = []
+    for name, node in nodes.items():
+        if node is None:
+            continue
+        try:
+            out.append(instantiate(node))
+        except Exception as e:
+            cause = e.__cause__ or e
+            msg = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+            raise ConfigError(f"{group}.{name} ({node.get('_target_')}): {msg}") from None
+    return out
+
+
+def _precision(p: str) -> str:
+    if p != "auto":
+        return p
+    return "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "32-true"
+
+
+def build_trainer(rc: RunConfig, loggers: list[Any], callbacks: list[Any]) -> pl.Trainer:
+    """A Lightning Trainer from the trainer group; Lightning's own errors come back as one line."""
+    t = rc.trainer
+    extra = dict(t.extra)
+    plugins = extra.pop("plugins", None) or []
+    plugins = [*(plugins if isinstance(plugins, list) else [plugins]), checkpoints.AtomicCheckpointIO()]
+    if t.enable_progress_bar:
+        callbacks = [*callbacks, StepProgressBar()]
+    try:
+        return pl.Trainer(
+            max_steps=t.max_steps, max_epochs=t.max_epochs, accelerator=t.accelerator, devices=t.devices,
+            precision=_precision(t.precision), gradient_clip_val=t.gradient_clip_val,
+            accumulate_grad_batches=t.accumulate_grad_batches, val_check_interval=t.val_check_interval,
+            check_val_every_n_epoch=t.check_val_every_n_epoch, limit_val_batches=t.limit_val_batches,
+            num_sanity_val_steps=0, log_every_n_steps=t.log_every_n_steps,
+            enable_progress_bar=t.enable_progress_bar, enable_model_summary=False, logger=loggers or False,
+            callbacks=callbacks, enable_checkpointing=checkpoint_dir(rc) is not None,
+            default_root_dir=str(identity.run_dir(rc)), plugins=plugins, **extra,
+        )
+    except (ValueError, TypeError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"trainer: {first}") from None
+
+
 def read_results(out_dir: Path) -> dict[str, Any] | None:
-    """A finished run's metrics.json, or None when missing or unreadable (then the run is redone)."""
+    """A finished evaluation's metrics.json, or None when missing or unreadable (then it is redone)."""
     try:
         result = json.loads((out_dir / "metrics.json").read_text())
     except (OSError, ValueError):
@@ -199,23 +234,19 @@ def evaluate_split(rc: RunConfig, trainer: pl.Trainer, module: SummarizationModu
     }
 
 
+def git_commit() -> str:
+    """HEAD's hash, with '-dirty' when the tree has uncommitted changes ('unknown' outside git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=5).stdout.strip()
+        return head + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def _version(pkg: str) -> str:
     from importlib.metadata import version
 
     return version(pkg)
-
-
-_SHOWN = (("rouge1", "R-1"), ("rouge2", "R-2"), ("rougeL", "R-L"), ("rougeLsum", "R-Lsum"),
-          ("bertscore_f1", "BERTScore"))
-
-
-def print_summary(result: dict[str, Any], out_dir: Path) -> None:
-    """A short table of the headline numbers, then where the files are."""
-    header = f"{'split':<12}{'n':>6}" + "".join(f"{label:>11}" for _, label in _SHOWN)
-    lines = ["", f"run {result['run_id']}  ({result['method']['name']}, {result['backbone']['name']}, "
-             f"{result['data']['name']}; {result['train_steps']} steps, {result['wall_time_s']:.0f} s)", header]
-    for split, m in result["splits"].items():
-        vals = "".join(f"{m[k]:>11.2f}" if isinstance(m.get(k), int | float) else f"{'-':>11}" for k, _ in _SHOWN)
-        lines.append(f"{split:<12}{m['n_examples']:>6}{vals}")
-    lines.append(f"results: {out_dir}")
-    print("\n".join(lines), flush=True)

@@ -1,8 +1,10 @@
 """The paper's artifacts from results files: grid expansion, launching, Table 1/2 and Figure 2.
 
 An artifact is one declarative file in experiments/ (grid, columns, the paper's value per cell).
-Numbers come only from results/runs/*/metrics.json: a missing or corrupt file is reported by name
-and shown as such, never read as zero; a method the framework lacks shows as "not run".
+Numbers come only from each run's ``eval/<evaluation>/metrics.json``: a missing or corrupt file is
+reported by name and shown as such, never read as zero; a method the framework lacks shows as
+"not run". Rows are the spec's methods; ``methods="all"`` adds every other ``conf/method/`` option
+(a newly added method appears without editing the spec, with no paper value beside it).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Cell:
     value: Any = None  # sweep value (figures)
     available: bool = True
     run_id: str | None = None
+    result_dir: Path | None = None  # where the run writes this cell's metrics.json
 
 
 @dataclass
@@ -58,7 +61,26 @@ def method_available(option: str) -> bool:
     return (ROOT / "conf" / "method" / f"{option}.yaml").exists()
 
 
-def expand_grid(spec: dict[str, Any], profile: str) -> list[Cell]:
+def method_options() -> list[str]:
+    """Every method option the configs offer (each backed by a registered method)."""
+    return sorted(p.stem for p in (ROOT / "conf" / "method").glob("*.yaml") if not p.stem.startswith("_"))
+
+
+def select_methods(spec: dict[str, Any], methods: str | list[str] | None) -> list[str]:
+    """The grid's rows: the spec's (None), those plus every other method option ("all"), or a list."""
+    if methods is None:
+        return list(spec["methods"])
+    if methods == "all":
+        return [*spec["methods"], *(m for m in method_options() if m not in spec["methods"])]
+    chosen = methods.split(",") if isinstance(methods, str) else list(methods)
+    unknown = [m for m in chosen if not method_available(m)]
+    if unknown:
+        raise ValueError(f"METHODS={','.join(chosen)}: no conf/method/ option {', '.join(unknown)}; "
+                         f"available: {', '.join(method_options())}")
+    return chosen
+
+
+def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | None = None) -> list[Cell]:
     """Every run the artifact needs, with the Hydra overrides that produce it."""
     prof = _check_profile(spec, profile)
     base = [f"backbone={spec['backbone'][profile]}", f"tag={spec['artifact']}-{profile}", *prof["overrides"]]
@@ -72,39 +94,40 @@ def expand_grid(spec: dict[str, Any], profile: str) -> list[Cell]:
         return cells
     for ds in spec["datasets"]:
         data = [f"data={prof['data'][ds]}", *prof.get("data_overrides", {}).get(ds, [])]
-        for m in spec["methods"]:
+        for m in select_methods(spec, methods):
             cells.append(Cell(ds, m, [*base, *data, f"method={m}"], available=method_available(m)))
     return cells
 
 
-def resolve_run_ids(cells: list[Cell]) -> None:
-    """Fill each available cell's run id (the results folder name) from its composed config."""
+def resolve_run_ids(cells: list[Cell], root: Path | None = None) -> None:
+    """Fill each available cell's run id and results folder from its composed config."""
     from scaleformer.config import compose_config, to_config
-    from scaleformer.run import run_id
+    from scaleformer.identity import expected_eval_dir
 
     for c in cells:
         if c.available:
-            c.run_id = run_id(to_config(compose_config(c.overrides)))
+            rc = to_config(compose_config([*c.overrides, *([f"paths.root={root}"] if root else [])]))
+            c.run_id, c.result_dir = rc.paths.run_id, expected_eval_dir(rc)
 
 
-def launch(spec: dict[str, Any], profile: str, results_dir: Path, force: bool = False,
-           launcher: str | None = None, python: str = sys.executable) -> list[list[str]]:
+def launch(spec: dict[str, Any], profile: str, root: Path, force: bool = False, launcher: str | None = None,
+           python: str = sys.executable, methods: str | list[str] | None = None) -> list[list[str]]:
     """Run the grid's missing cells as Hydra multiruns (one per dataset column or sweep).
 
-    Finished cells are skipped by the runs themselves (skip_existing=true) unless `force`.
-    Returns the commands it ran.
+    Finished cells are skipped by the runs themselves (skip_existing=true) unless `force`, which
+    retrains them from scratch. Returns the commands it ran.
     """
-    cells = [c for c in expand_grid(spec, profile) if c.available]
-    resolve_run_ids(cells)
-    todo = cells if force else [c for c in cells if not (results_dir / str(c.run_id) / "metrics.json").exists()]
+    cells = [c for c in expand_grid(spec, profile, methods) if c.available]
+    resolve_run_ids(cells, root)
+    todo = cells if force else [c for c in cells if not (c.result_dir / "metrics.json").exists()]
     groups: dict[tuple[tuple[str, ...], str], list[Cell]] = {}
     for c in todo:  # cells differing only in the value of their last override form one sweep
         groups.setdefault((tuple(c.overrides[:-1]), c.overrides[-1].split("=", 1)[0]), []).append(c)
     commands = []
     for (common, key), group in groups.items():
         values = ",".join(c.overrides[-1].split("=", 1)[1] for c in group)
-        cmd = [python, str(ROOT / "train.py"), "-m", *common, f"{key}={values}",
-               f"results_dir={results_dir}", f"skip_existing={'false' if force else 'true'}"]
+        cmd = [python, str(ROOT / "train.py"), "-m", *common, f"{key}={values}", f"paths.root={root}",
+               f"skip_existing={'false' if force else 'true'}", *(["trainer.ckpt_path=null"] if force else [])]
         if launcher:
             cmd.append(f"hydra/launcher={launcher}")
         print("+ " + " ".join(cmd), flush=True)
@@ -115,13 +138,13 @@ def launch(spec: dict[str, Any], profile: str, results_dir: Path, force: bool = 
     return commands
 
 
-def collect(spec: dict[str, Any], cells: list[Cell], results_dir: Path) -> Collected:
+def collect(cells: list[Cell]) -> Collected:
     """Read each cell's metrics.json; report missing and corrupt files by name."""
     out = Collected()
     for c in cells:
         if not c.available:
             continue
-        path = results_dir / str(c.run_id) / "metrics.json"
+        path = Path(str(c.result_dir)) / "metrics.json"
         if not path.exists():
             out.problems.append(f"missing: {path} ({c.method} on {c.key})")
             continue
@@ -161,7 +184,8 @@ def table_rows(spec: dict[str, Any], cells: list[Cell], got: Collected) -> list[
                     "split": split_label, "method": c.method, "dataset": c.key, "metric": metric,
                     "ours": ours, "paper": ref, "diff": None if ours is None or ref is None else ours - ref,
                     "status": status, "run_id": c.run_id or "",
-                    "config_hash": (result or {}).get("config_hash", ""), "commit": (result or {}).get("commit", ""),
+                    "evaluation": c.result_dir.name if c.result_dir else "",
+                    "commit": (result or {}).get("commit", ""),
                 })
     return rows
 
@@ -181,7 +205,7 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: 
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     by = {(r["split"], r["method"], r["dataset"], r["metric"]): r for r in rows}
     for split in spec["splits"]:
-        for meth in spec["methods"]:
+        for meth in dict.fromkeys(r["method"] for r in rows):
             cells = []
             for d in datasets:
                 for m in metrics:
@@ -189,13 +213,13 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: 
                     diff = "" if r["diff"] is None else f", {r['diff']:+.1f}"
                     cells.append(f"{_fmt(r['ours'])} ({_fmt(r['paper'])}{diff})")
             lines.append(f"| {split} | {spec['method_labels'].get(meth, meth)} | " + " | ".join(cells) + " |")
-    lines += ["", "| method | dataset | status | run | config hash | commit |", "|---|---|---|---|---|---|"]
+    lines += ["", "| method | dataset | status | run | evaluation | commit |", "|---|---|---|---|---|---|"]
     seen = set()
     for r in rows:
         k = (r["method"], r["dataset"])
         if k not in seen:
             seen.add(k)
-            lines.append(f"| {r['method']} | {r['dataset']} | {r['status']} | {r['run_id']} | {r['config_hash']} "
+            lines.append(f"| {r['method']} | {r['dataset']} | {r['status']} | {r['run_id']} | {r['evaluation']} "
                          f"| {r['commit'][:12]} |")
     if problems:
         lines += ["", "Problems:", *[f"- {p}" for p in problems]]
@@ -219,7 +243,7 @@ def render_latex(spec: dict[str, Any], rows: list[dict[str, Any]]) -> str:
            " & & " + " & ".join(rf"\multicolumn{{{len(metrics)}}}{{c}}{{{d}}}" for d in datasets) + r" \\",
            " & Method & " + " & ".join(labels.get(m, m) for _ in datasets for m in metrics) + r" \\", r"\midrule"]
     for split in spec["splits"]:
-        for meth in spec["methods"]:
+        for meth in dict.fromkeys(r["method"] for r in rows):
             vals = [_fmt(by[(split, meth, d, m)]["ours"]).replace("–", "--") for d in datasets for m in metrics]
             out.append(f"{split} & {spec['method_labels'].get(meth, meth)} & " + " & ".join(vals) + r" \\")
         out.append(r"\midrule")
@@ -228,11 +252,12 @@ def render_latex(spec: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def build_table(spec: dict[str, Any], profile: str, results_dir: Path, out_dir: Path) -> dict[str, Path]:
-    """Write <artifact>.md/.csv/.tex from the results files; returns the paths written."""
-    cells = expand_grid(spec, profile)
-    resolve_run_ids(cells)
-    got = collect(spec, cells, results_dir)
+def build_table(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
+                methods: str | list[str] | None = None) -> dict[str, Path]:
+    """Write <artifact>.md/.csv/.tex from the results files under ``root``; returns the paths written."""
+    cells = expand_grid(spec, profile, methods)
+    resolve_run_ids(cells, root)
+    got = collect(cells)
     rows = table_rows(spec, cells, got)
     name = spec["artifact"]
     return {
@@ -242,7 +267,8 @@ def build_table(spec: dict[str, Any], profile: str, results_dir: Path, out_dir: 
     }
 
 
-def build_figure(spec: dict[str, Any], profile: str, results_dir: Path, out_dir: Path) -> dict[str, Path]:
+def build_figure(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
+                 methods: str | list[str] | None = None) -> dict[str, Path]:
     """Write <artifact>.png (one panel per sweep, ours vs the paper's stated points) and its CSV."""
     import matplotlib
 
@@ -250,8 +276,8 @@ def build_figure(spec: dict[str, Any], profile: str, results_dir: Path, out_dir:
     import matplotlib.pyplot as plt
 
     cells = expand_grid(spec, profile)
-    resolve_run_ids(cells)
-    got = collect(spec, cells, results_dir)
+    resolve_run_ids(cells, root)
+    got = collect(cells)
     rows = []
     for c in cells:
         result = got.results.get((c.key, c.method, c.value))

@@ -18,7 +18,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from scaleformer import synthetic
+from scaleformer.data import synthetic
 
 ASSET = Path(__file__).parent / "assets" / "offline_bpe.json"
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
@@ -44,7 +44,8 @@ def build_offline_bpe(vocab_size: int = VOCAB_SIZE) -> Tokenizer:
 
 
 def write_offline_asset(path: Path = ASSET) -> Path:
-    """Rebuild the shipped tokenizer json (run after changing the synthetic generator)."""
+    """Rebuild the shipped tokenizer json: ``python -m scaleformer.tokenizer`` (after changing the
+    synthetic generator's vocabulary)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(build_offline_bpe().to_str(pretty=True) + "\n", encoding="utf-8")
     return path
@@ -112,3 +113,7 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
                               sorted(tokenizer.get_vocab().items())])
     extra = json.dumps([tokenizer.pad_token_id, special_token_ids(tokenizer)])
     return hashlib.sha256((payload + extra).encode("utf-8")).hexdigest()[:16]
+
+
+if __name__ == "__main__":
+    print(write_offline_asset())

@@ -2,6 +2,7 @@
 
     python scripts/reproduce.py table1 --profile tiny        # what `make table1 PROFILE=tiny` runs
     python scripts/reproduce.py figure2 --render-only        # re-render from existing results
+    python scripts/reproduce.py table1 --methods all         # the paper's rows plus every other method
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="re-run cells that already have results")
     ap.add_argument("--render-only", action="store_true", help="do not launch runs; render what exists")
     ap.add_argument("--launcher", default=None, help="Hydra launcher plugin, e.g. submitit_slurm")
-    ap.add_argument("--results-dir", default=None, help="default: results/runs (paper), results/<profile>/runs")
-    ap.add_argument("--out-dir", default=None, help="default: results/ (paper), results/<profile>/ (others)")
+    ap.add_argument("--methods", default=None,
+                    help="rows: the spec's (default), 'all' (plus every other conf/method option) or a,b,c")
+    ap.add_argument("--root", default=None,
+                    help="paths.root of the runs; default: results (paper), results/<profile> (others)")
+    ap.add_argument("--out-dir", default=None, help="default: the root")
     args = ap.parse_args(argv)
 
     path = ROOT / "experiments" / f"{args.artifact}.yaml"
@@ -37,17 +41,17 @@ def main(argv: list[str] | None = None) -> int:
     # Only the paper profile's artifacts belong in results/ itself; smoke profiles stay apart.
     base = ROOT / "results" if args.profile == "paper" else ROOT / "results" / args.profile
     failed = False
-    results = Path(args.results_dir) if args.results_dir else base / "runs"
-    out_dir = Path(args.out_dir) if args.out_dir else base
+    root = Path(args.root) if args.root else base
+    out_dir = Path(args.out_dir) if args.out_dir else root
     if not args.render_only:
         try:
-            launch(spec, args.profile, results, force=args.force, launcher=args.launcher)
+            launch(spec, args.profile, root, force=args.force, launcher=args.launcher, methods=args.methods)
         except subprocess.CalledProcessError as e:
             print(f"error: a run of {args.artifact} failed (exit {e.returncode}); finished runs are kept, "
                   "rerun to continue. Rendering what exists.", file=sys.stderr)
             failed = True
     build = build_figure if "sweeps" in spec else build_table
-    for kind, p in build(spec, args.profile, results, out_dir).items():
+    for kind, p in build(spec, args.profile, root, out_dir, methods=args.methods).items():
         print(f"wrote {kind}: {p}")
     return 1 if failed else 0
 

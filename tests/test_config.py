@@ -11,20 +11,21 @@ from scaleformer.backbone import backbone_spec, load_tokenizer, model_config
 from scaleformer.config import ConfigError, to_config
 from scaleformer.methods import REGISTRY, build_method
 
-GROUPS = ["backbone", "data", "method", "trainer", "optim", "logger"]
+GROUPS = ["backbone", "data", "method", "trainer", "optim", "logger", "callbacks", "paths", "debug"]
 # Options that need a user value to compose (e.g. the path of their own file).
 NEEDS = {("data", "local"): ["data.path=some/file.jsonl"]}
 
 
 def _options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+    """A group's options; `_name.yaml` files are shared bases that options inherit, not options."""
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml") if not p.stem.startswith("_"))
 
 
 @pytest.mark.parametrize(("group", "option"), [(g, o) for g in GROUPS for o in _options(g)])
 def test_every_group_option_composes_and_validates(group, option):
     cfg = compose([f"{group}={option}", *NEEDS.get((group, option), [])])
     rc = to_config(cfg)
-    assert getattr(rc, group) is not None
+    assert rc.choices[group] == option, "the run records which option it was composed from"
     if group == "method":
         assert rc.method.name in REGISTRY
 
@@ -37,7 +38,7 @@ def test_every_experiment_composes_and_validates(experiment):
     assert rc.method.name in REGISTRY
 
 
-def test_every_config_file_starts_with_its_command():
+def test_every_config_file_starts_with_its_command():  # noqa: D103
     for path in CONF.rglob("*.yaml"):
         assert path.read_text().startswith("#"), f"{path} lacks its command comment"
 
@@ -79,12 +80,55 @@ def test_wrong_type_is_rejected_naming_the_key():
         ("generation.min_new_tokens=999", "generation.min_new_tokens"),
         ("trainer.max_steps=0", "trainer.max_steps"),
         ("optim.lr=-1", "optim.lr"),
-        ("logger.kind=neptune", "logger.kind"),
+        ("trainer.checkpoint_every_n_steps=0", "trainer.checkpoint_every_n_steps"),
+        ("+trainer.no_such_argument=1", "trainer.no_such_argument"),
+        ("+logger.mine.save_dir=x", "logger.mine"),
+        ("+callbacks.mine.every=1", "callbacks.mine"),
+        ("run_name=../../tmp/x", "run_name"),
+        ("data.name=a/b", "data.name"),
     ],
 )
 def test_out_of_range_values_name_the_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         to_config(compose([override]))
+
+
+def test_trainer_passes_unnamed_lightning_arguments_through():
+    rc = to_config(compose(["trainer=paper", "trainer.strategy=ddp", "trainer.num_nodes=2",
+                            "+trainer.deterministic=true"]))
+    assert rc.trainer.extra == {"strategy": "ddp", "num_nodes": 2, "deterministic": True}
+    assert rc.trainer.max_steps == 20000
+
+
+def test_scaleformer_middle_inherits_scaleformer():
+    base = to_config(compose(["method=scaleformer"])).raw.method
+    middle = to_config(compose(["method=scaleformer_middle"])).raw.method
+    assert {k for k in base if base[k] != middle[k]} == {"middle_tokens"}
+
+
+def test_data_options_inherit_the_shared_defaults():
+    for option in _options("data"):
+        text = (CONF / "data" / f"{option}.yaml").read_text()
+        assert "defaults:" in text and ("_defaults" in text or "_scrolls" in text), option
+
+
+def test_runs_are_named_by_the_method_option():
+    rc = to_config(compose(["method=scaleformer_middle"]))
+    assert rc.method_option == "scaleformer_middle" and rc.method.name == "scaleformer"
+    assert "-scaleformer_middle-" in rc.paths.run_id
+    assert rc.paths.run_dir.endswith(rc.paths.run_id)
+    assert rc.logger["csv"]["save_dir"] == rc.paths.run_dir, "loggers write inside the run folder"
+
+
+def test_training_length_and_evaluation_settings_keep_the_run_folder():
+    from scaleformer.identity import eval_dir
+
+    a = to_config(compose([]))
+    b = to_config(compose(["trainer.max_steps=5000", "generation.num_beams=1", "metrics.bertscore.enabled=false",
+                           "method.encoder_batch_size=4"]))
+    c = to_config(compose(["optim.lr=1e-3"]))
+    assert a.paths.run_id == b.paths.run_id != c.paths.run_id
+    assert eval_dir(a, 10) != eval_dir(b, 10)
 
 
 def test_unknown_method_key_is_rejected():
@@ -112,3 +156,11 @@ def test_hub_backbone_offline_fails_fast_with_a_clear_message(monkeypatch):
     with pytest.raises(HubUnreachableError, match=r"'facebook/bart-base'.*backbone\.pretrained=DIR"):
         load_tokenizer(rc.backbone)
     assert time.time() - t0 < 10
+
+
+def test_a_bad_logger_argument_fails_before_the_model_is_built(tmp_path):
+    from scaleformer.run import instantiate_all
+
+    rc = to_config(compose([f"paths.root={tmp_path}", "+logger.csv.no_such_argument=1"]))
+    with pytest.raises(ConfigError, match=r"logger\.csv .*no_such_argument"):
+        instantiate_all(rc.logger, "logger")

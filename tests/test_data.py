@@ -15,26 +15,42 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from omegaconf import OmegaConf
+from conftest import compose
 
-from scaleformer import synthetic
-from scaleformer.config import DataConfig, SplitNames
-from scaleformer.data import (
-    Collator,
-    DataError,
-    HubUnavailableError,
-    SummarizationDataModule,
-    read_rows,
-)
+from scaleformer.config import DataConfig, SplitNames, to_config
+from scaleformer.data import Collator, DataError, HubUnavailableError, SummarizationDataModule, synthetic
+from scaleformer.data.encode import encode
+from scaleformer.data.examples import Row, to_rows
+from scaleformer.data.sources import ROLES, HubSource, LocalSource, SyntheticSource
 from scaleformer.tokenizer import load_offline_tokenizer
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "data"
 CHUNK, OVERLAP = 1024, 150  # the paper's window and overlap
 
 
+def shipped(name: str, *overrides: str) -> DataConfig:
+    """The data config `data=<name>` composes to, as `python train.py data=<name>` would."""
+    return to_config(compose([f"data={name}", *overrides])).data
+
+
 @pytest.fixture(scope="module")
 def tok():
     return load_offline_tokenizer("bart")
+
+
+@pytest.fixture
+def encoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Spy on tokenization: one entry (its number of examples) per split tokenized rather than read from cache."""
+    import scaleformer.data.datamodule as datamodule
+
+    calls: list[int] = []
+
+    def spy(examples, *args, **kwargs):
+        calls.append(len(examples))
+        return encode(examples, *args, **kwargs)
+
+    monkeypatch.setattr(datamodule, "encode", spy)
+    return calls
 
 
 def rows(n: int, prefix: str = "doc") -> list[dict[str, Any]]:
@@ -86,7 +102,7 @@ def test_synthetic_deterministic(tmp_path: Path) -> None:
 
 def test_synthetic_long_enough_and_facts_spread(tok) -> None:
     """The shipped default gives > 4 windows of 1024/150, and the last fact lies far past token 1024."""
-    cfg = OmegaConf.load(CONF / "synthetic.yaml")
+    cfg = shipped("synthetic")
     docs = synthetic.split_rows("train", 6, cfg.synthetic_words)
     stride = CHUNK - OVERLAP
     for r in docs:
@@ -142,17 +158,22 @@ def test_local_formats(tmp_path: Path, tok, ext: str) -> None:
     assert s["train"]["input_tokens_max"] == len(tok(rows(6)[5]["input"])["input_ids"])
 
 
+def file_rows(tmp_path: Path, path: Path) -> list[Row]:
+    """One file through LocalSource and the shared rows loop, as the data module reads it."""
+    cfg = local_cfg(tmp_path, path, splits=SplitNames(train="train", validation=None, test=None))
+    return to_rows(LocalSource(cfg).rows("train"), cfg)
+
+
 def test_json_variants_and_list_targets(tmp_path: Path) -> None:
-    cfg = local_cfg(tmp_path, tmp_path)
     cols = tmp_path / "cols.json"
     cols.write_text(json.dumps({"id": ["a", "b"], "input": ["x", "y"], "output": ["X", "Y"]}))
-    assert [(r.id, r.target) for r in read_rows(cols, cfg)] == [("a", "X"), ("b", "Y")]
+    assert [(r.id, r.target) for r in file_rows(tmp_path, cols)] == [("a", "X"), ("b", "Y")]
     wrapped = tmp_path / "wrapped.json"
     wrapped.write_text(json.dumps({"data": [{"id": "a", "input": "x", "output": ["X1", "X2"]}]}))
-    assert [r.target for r in read_rows(wrapped, cfg)] == ["X1", "X2"]
+    assert [r.target for r in file_rows(tmp_path, wrapped)] == ["X1", "X2"]
     lines = tmp_path / "lines.json"
     lines.write_text('{"id": "a", "input": "x", "output": "X"}\n{"id": "b", "input": "y", "output": "Y"}\n')
-    assert len(read_rows(lines, cfg)) == 2
+    assert len(file_rows(tmp_path, lines)) == 2
 
 
 def test_single_file_serves_configured_splits(tmp_path: Path, tok) -> None:
@@ -175,7 +196,7 @@ def test_missing_split_file(tmp_path: Path, tok) -> None:
 
 
 @pytest.mark.parametrize("ext", ["jsonl", "csv", "parquet", "json"])
-def test_missing_field_names_file_field_and_fields(tmp_path: Path, tok, ext: str) -> None:
+def test_missing_field_names_file_field_and_fields(tmp_path: Path, tok, encoded: list[int], ext: str) -> None:
     bad = [{"id": "a", "document": "text", "output": "sum"}]
     d = folder(tmp_path, ext, test=bad)
     dm = SummarizationDataModule(local_cfg(tmp_path, d), tok)
@@ -183,7 +204,7 @@ def test_missing_field_names_file_field_and_fields(tmp_path: Path, tok, ext: str
         dm.setup()
     msg = str(e.value)
     assert f"test.{ext}" in msg and "'input'" in msg and "document" in msg and "data.input_field" in msg
-    assert dm.n_tokenized == 0  # nothing was tokenized before the error
+    assert encoded == []  # nothing was tokenized before the error
 
 
 def test_malformed_jsonl_line(tmp_path: Path, tok) -> None:
@@ -303,28 +324,107 @@ def test_max_lengths_must_exceed_specials(tmp_path: Path, tok) -> None:
         SummarizationDataModule(local_cfg(tmp_path, tmp_path, max_input_tokens=2), tok)
 
 
-def test_tokenization_cache(tmp_path: Path, tok) -> None:
+def test_tokenization_cache(tmp_path: Path, tok, encoded: list[int]) -> None:
     d = folder(tmp_path)
     cfg = local_cfg(tmp_path, d)
     first = SummarizationDataModule(cfg, tok)
     first.setup()
-    assert (first.n_tokenized, first.n_cache_hits) == (3, 0)
+    assert encoded == [6, 3, 3]
     second = SummarizationDataModule(cfg, tok)
     second.setup()
-    assert (second.n_tokenized, second.n_cache_hits) == (0, 3)
+    assert encoded == [6, 3, 3]  # all three splits read from the cache
     assert second.summary() == first.summary()
     assert second.datasets["train"][3]["input_ids"].tolist() == first.datasets["train"][3]["input_ids"].tolist()
     # Any change to what tokenization depends on misses the cache.
     third = SummarizationDataModule(replace(cfg, max_input_tokens=8), tok)
     third.setup("fit")
-    assert third.n_tokenized == 2
+    assert encoded[3:] == [6, 3]
     fourth = SummarizationDataModule(cfg, load_offline_tokenizer("t5"))
     fourth.setup("test")
-    assert fourth.n_tokenized == 1
+    assert encoded[5:] == [3]
     write(d / "test.jsonl", rows(4, "te"))  # the file changed
     fifth = SummarizationDataModule(cfg, tok)
     fifth.setup()
-    assert (fifth.n_tokenized, fifth.n_cache_hits) == (1, 2) and len(fifth.datasets["test"]) == 4
+    assert encoded[6:] == [4] and len(fifth.datasets["test"]) == 4  # train and validation: cache hits
+
+
+# ---- sources and the shared rows loop -------------------------------------------------------------
+
+
+def test_local_source_check_reads_headers_only(tmp_path: Path) -> None:
+    d = folder(tmp_path, "csv", test=[{"id": "a", "document": "text", "output": "s"}])
+    train = d / "train.csv"
+    train.write_bytes(train.read_bytes() + b'x9,"bad \xff byte",s\n')  # found only by a full read
+    src = LocalSource(local_cfg(tmp_path, d))
+    with pytest.raises(DataError, match=r"test\.csv: missing field 'input'.*document"):
+        src.check()
+    raw = src.rows("validation")
+    assert (raw.where, raw.id_stem) == (str(d / "validation.csv"), "validation")
+    assert [(pos, r["id"]) for pos, r in raw.records] == [("line 2", "va0"), ("line 3", "va1"), ("line 4", "va2")]
+    with pytest.raises(DataError, match=r"train\.csv:8: .*not valid UTF-8"):
+        list(src.rows("train").records)
+    assert src.identity("train") == {"path": str(train.resolve()), "size": train.stat().st_size,
+                                     "mtime_ns": train.stat().st_mtime_ns}
+
+
+def test_synthetic_source_generates_then_reads(tmp_path: Path) -> None:
+    cfg = DataConfig(name="synthetic", source="synthetic", cache_dir=str(tmp_path),
+                     synthetic_docs={"train": 2, "validation": 4, "test": 0}, synthetic_words=150)
+    src = SyntheticSource(cfg)
+    src.check()  # generates the set, then reads each file's first row for its fields
+    assert sorted(p.name for p in src.file("train").parent.glob("*.jsonl")) == [
+        "test.jsonl", "train.jsonl", "validation.jsonl"]
+    raw = src.rows("validation")
+    assert [r for _, r in raw.records] == synthetic.split_rows("validation", 4, 150)
+    assert list(src.rows("test").records) == []
+    assert src.identity("validation")["path"] == str(Path(raw.where).resolve())
+
+
+def hub_files_cfg(tmp_path: Path, files: dict[str, Path], **kw: Any) -> DataConfig:
+    return DataConfig(name="h", source="hub", hub_id="json", cache_dir=str(tmp_path / "c"),
+                      data_files={s: str(p) for s, p in files.items()}, **kw)
+
+
+def test_hub_source_check_and_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets.config
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")
+    d = folder(tmp_path)
+    src = HubSource(hub_files_cfg(tmp_path, {"train": d / "train.jsonl", "validation": d / "validation.jsonl"},
+                                  splits=SplitNames(test=None)))
+    src.check()  # offline: no probe; a local or cached dataset may still load
+    raw = src.rows("validation")
+    assert raw.where.startswith("hub dataset 'json'") and raw.where.endswith("split 'validation'")
+    assert [(pos, r["id"]) for pos, r in raw.records] == [("row 0", "va0"), ("row 1", "va1"), ("row 2", "va2")]
+    assert src.identity("train")["data_files"]["train"] == str(d / "train.jsonl")
+
+
+def test_one_rows_loop_serves_every_source(tmp_path: Path, tok, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The synthetic files read as synthetic, as a local folder and through the hub builder: same examples."""
+    import datasets.config
+
+    import scaleformer.data.datamodule as datamodule
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")
+    seen = []
+    monkeypatch.setattr(datamodule, "to_rows", lambda raw, cfg: seen.append(cfg.source) or to_rows(raw, cfg))
+    cfg = DataConfig(name="s", source="synthetic", cache_dir=str(tmp_path / "s"),
+                     synthetic_docs={"train": 2, "validation": 4, "test": 1}, synthetic_words=150)
+    syn = SummarizationDataModule(cfg, tok)
+    syn.setup()
+    files = Path(syn.summary()["train"]["source"]).parent
+    local = SummarizationDataModule(local_cfg(tmp_path, files), tok)
+    local.setup()
+    hub = SummarizationDataModule(hub_files_cfg(tmp_path, {r: files / f"{r}.jsonl" for r in ROLES}), tok)
+    hub.setup()
+    assert seen == ["synthetic"] * 3 + ["local"] * 3 + ["hub"] * 3
+    for role in ROLES:
+        want = syn.datasets[role]
+        assert len(want) > 0
+        for dm in (local, hub):
+            got = dm.datasets[role]
+            assert (got.ids, got.references) == (want.ids, want.references)
+            assert got.arrays["input_ids"].tolist() == want.arrays["input_ids"].tolist()
 
 
 # ---- batches ----------------------------------------------------------------------------------------
@@ -384,8 +484,7 @@ def test_hub_offline_fails_fast_and_clearly(tmp_path: Path, tok, monkeypatch: py
     # libs_offline=False: the flag was set after `datasets` was imported (it would still retry ~25 s).
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", libs_offline)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", libs_offline)
-    booksum = OmegaConf.merge(OmegaConf.structured(DataConfig), OmegaConf.load(CONF / "booksum.yaml"))
-    for cfg in (hub_cfg(tmp_path), replace(OmegaConf.to_object(booksum), cache_dir=str(tmp_path))):
+    for cfg in (hub_cfg(tmp_path), shipped("booksum", f"data.cache_dir={tmp_path}")):
         t0 = time.perf_counter()
         with pytest.raises(HubUnavailableError) as e:
             SummarizationDataModule(cfg, tok).setup("validate")
@@ -396,12 +495,12 @@ def test_hub_offline_fails_fast_and_clearly(tmp_path: Path, tok, monkeypatch: py
 
 
 def test_hub_unreachable_probe(tmp_path: Path, tok, monkeypatch: pytest.MonkeyPatch) -> None:
-    import scaleformer.data as data
+    import scaleformer.data.sources as sources
     import scaleformer.hub as hub
 
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(data, "hub_offline", lambda: False)
+    monkeypatch.setattr(sources, "hub_offline", lambda: False)
     monkeypatch.setattr(hub, "offline_mode", lambda: False)
     probed = []
     monkeypatch.setattr(hub, "_probe", lambda host, port: probed.append(host) or f"{host}:{port}: timed out")
@@ -447,10 +546,7 @@ def test_hub_path_reads_scrolls_style_zip(tmp_path: Path, tok, monkeypatch: pyte
 def test_data_configs_validate(name: str) -> None:
     path = CONF / f"{name}.yaml"
     assert path.read_text().startswith(f"# python train.py data={name}")
-    raw = OmegaConf.load(path)
-    if name == "local":
-        raw.path = "/some/file.jsonl"
-    cfg: DataConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataConfig), raw))
+    cfg = shipped(name, *(["data.path=/some/file.jsonl"] if name == "local" else []))
     assert cfg.name == name
     if name == "govreport":
         assert cfg.max_input_tokens == 16384

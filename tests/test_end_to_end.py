@@ -12,10 +12,8 @@ from scaleformer.run import run
 
 def _tiny(tmp_path, *extra: str) -> list[str]:
     return [
-        f"results_dir={tmp_path}/results",
-        f"work_dir={tmp_path}/outputs",
-        f"logger.save_dir={tmp_path}/logs",
-        f"data.cache_dir={tmp_path.parent}/shared_cache",
+        f"paths.root={tmp_path}/results",
+        f"paths.cache={tmp_path.parent}/shared_cache",
         "data.synthetic_docs.train=4",
         "data.synthetic_docs.validation=2",
         "data.synthetic_docs.test=2",
@@ -34,9 +32,13 @@ def test_train_and_generate_end_to_end(tmp_path, backbone, method):
     result = run(compose(_tiny(tmp_path, f"backbone={backbone}", f"method={method}",
                                "metrics.bertscore.enabled=false")))
     assert result["train_steps"] == 3
-    out = tmp_path / "results" / result["run_id"]
+    run_dir = tmp_path / "results" / "runs" / result["run_id"]
+    assert method in result["run_id"], "the run folder is named by the method option the user chose"
+    out = next((run_dir / "eval").iterdir())
     written = json.loads((out / "metrics.json").read_text())
-    assert written["method"]["name"] == result["method"]["name"]
+    assert written["method"]["option"] == method and written["method"]["name"] == result["method"]["name"]
+    assert (run_dir / "checkpoints" / "last.ckpt").exists() and (run_dir / "train.log").exists()
+    assert list((run_dir / "logs").rglob("metrics.csv")), "the logger writes inside the run folder"
     for split in ("validation", "test"):
         m = written["splits"][split]
         assert m["n_examples"] == 2
@@ -67,27 +69,27 @@ def test_bertscore_and_csv_logger_end_to_end(tmp_path):
     m = result["splits"]["validation"]
     assert 0.0 < m["bertscore_f1"] <= 100.0
     assert "minilm" in str(m["bertscore_model"]).lower()
-    csv = next((tmp_path / "logs").rglob("metrics.csv")).read_text()
+    csv = next((tmp_path / "results").rglob("metrics.csv")).read_text()
     assert "validation/rougeL" in csv and "validation/bertscore_f1" in csv
 
 
 def test_resume_from_last_checkpoint(tmp_path):
     first = run(compose(_tiny(tmp_path, "method=truncation", "metrics.bertscore.enabled=false",
                               "trainer.eval_splits=[]")))
-    ckpt = tmp_path / "outputs" / first["run_id"] / "checkpoints" / "last.ckpt"
+    ckpt = tmp_path / "results" / "runs" / first["run_id"] / "checkpoints" / "last.ckpt"
     assert ckpt.exists() and first["train_steps"] == 3
-    # Same run, longer schedule, resumed: training continues from step 3, not from 0.
+    # Same run, longer schedule: the training length is not part of the run's identity, so the same
+    # folder's newest checkpoint is continued, from step 3, not from 0.
     second = run(compose(_tiny(tmp_path, "method=truncation", "metrics.bertscore.enabled=false",
-                               "trainer.eval_splits=[]", "trainer.max_steps=5", "trainer.ckpt_path=last",
-                               f"run_name={first['run_id']}")))
-    assert second["train_steps"] == 5
+                               "trainer.eval_splits=[]", "trainer.max_steps=5")))
+    assert second["run_id"] == first["run_id"] and second["train_steps"] == 5
     import torch
 
-    assert torch.load(ckpt, weights_only=False)["global_step"] == 5
+    assert torch.load(ckpt, weights_only=True)["global_step"] == 5
 
 
 def test_wandb_logger_offline(tmp_path):
     result = run(compose(_tiny(tmp_path, "method=truncation", "logger=wandb", "metrics.bertscore.enabled=false",
                                "trainer.eval_splits=[validation]")))
     assert result["splits"]["validation"]["n_examples"] == 2
-    assert list((tmp_path / "logs").rglob("offline-run-*")), "wandb wrote an offline run"
+    assert list((tmp_path / "results").rglob("offline-run-*")), "wandb wrote an offline run in the run folder"

@@ -35,10 +35,8 @@ CASES = {
 def _overrides(tmp_path: Path, case: list[str]) -> list[str]:
     return [
         *case,
-        f"results_dir={tmp_path}/results",
-        f"work_dir={tmp_path}/outputs",
-        f"logger.save_dir={tmp_path}/logs",
-        f"data.cache_dir={tmp_path}/cache",
+        f"paths.root={tmp_path}/results",
+        f"paths.cache={tmp_path}/cache",
         "seed=7",
         "data.synthetic_docs.train=4",
         "data.synthetic_docs.validation=2",
@@ -46,7 +44,7 @@ def _overrides(tmp_path: Path, case: list[str]) -> list[str]:
         f"trainer.max_steps={STEPS}",
         "trainer.log_every_n_steps=1",
         "trainer.enable_progress_bar=false",
-        "trainer.save_checkpoints=false",
+        "~callbacks.checkpoint",
         "trainer.eval_splits=[validation]",
         "generation.num_beams=2",
         "generation.max_new_tokens=24",
@@ -99,9 +97,9 @@ def _encode_observation(backbone: str, method_name: str) -> dict:
 
     from scaleformer.backbone import backbone_spec, build_model, load_tokenizer, model_config
     from scaleformer.config import to_config
+    from scaleformer.data.synthetic import split_rows
     from scaleformer.methods import build_method
     from scaleformer.module import SummarizationModule
-    from scaleformer.synthetic import split_rows
 
     rc = to_config(compose([f"backbone={backbone}", f"method={method_name}", "seed=7"]))
     tok = load_tokenizer(rc.backbone)

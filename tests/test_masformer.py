@@ -381,8 +381,7 @@ def test_pipeline_end_to_end(tmp_path, compose_cfg, backbone, name):
     from scaleformer.run import run
 
     result = run(compose_cfg([
-        f"results_dir={tmp_path}/results", f"work_dir={tmp_path}/outputs", f"logger.save_dir={tmp_path}/logs",
-        f"data.cache_dir={tmp_path.parent}/shared_cache", "data.synthetic_docs.train=2",
+        f"paths.root={tmp_path}/results", f"paths.cache={tmp_path.parent}/shared_cache", "data.synthetic_docs.train=2",
         "data.synthetic_docs.validation=1", "data.synthetic_docs.test=1", "trainer.max_steps=2",
         "trainer.enable_progress_bar=false", "generation.num_beams=2", "generation.max_new_tokens=4",
         "metrics.bertscore.enabled=false", f"backbone={backbone}", f"method={name}"]))

@@ -375,11 +375,15 @@ def test_empty_document_is_rejected_not_nan():
 @pytest.mark.parametrize("file,want", [("sled", ("sled", 0)), ("scaleformer", ("scaleformer", 0)),
                                        ("scaleformer_middle", ("scaleformer", 300))])
 def test_method_yaml_files(file, want):
-    cfg = method_config(OmegaConf.load(CONF / "method" / f"{file}.yaml"))
+    from conftest import compose
+
+    from scaleformer.config import to_config
+
+    cfg = to_config(compose([f"method={file}", "seed=5"])).method
     assert cfg.name == want[0] and cfg.chunk_size == 1024 and cfg.overlap == 150
     assert getattr(cfg, "middle_tokens", 0) == want[1]
     if want[0] == "scaleformer":
-        assert cfg.boundary_tokens == 1 and cfg.alpha == 0.5 and cfg.middle_seed == 0
+        assert cfg.boundary_tokens == 1 and cfg.alpha == 0.5 and cfg.middle_seed == 5, "the run's seed"
 
 
 def test_sled_paper_default_experiment():

@@ -31,6 +31,15 @@ def test_cells_get_distinct_run_ids():
     cells = [c for c in tables.expand_grid(SPECS["table2"], "tiny") if c.available]
     tables.resolve_run_ids(cells)
     assert len({c.run_id for c in cells}) == len(cells)
+    assert all(f"-{c.method}-" in c.run_id for c in cells), "runs are named by the method option"
+
+
+def test_methods_all_adds_every_other_method_option():
+    spec = SPECS["table2"]
+    rows = tables.select_methods(spec, "all")
+    assert rows[:4] == spec["methods"] and set(rows) == set(spec["methods"]) | set(tables.method_options())
+    with pytest.raises(ValueError, match="no_such"):
+        tables.select_methods(spec, "sled,no_such")
 
 
 def test_unknown_profile_is_a_clear_error():
@@ -47,10 +56,9 @@ def _fake_result(run_id: str, value: float) -> dict:
 def test_render_table_from_hand_made_results(tmp_path):
     spec = SPECS["table2"]
     cells = [c for c in tables.expand_grid(spec, "tiny") if c.available]
-    tables.resolve_run_ids(cells)
-    runs = tmp_path / "runs"
+    tables.resolve_run_ids(cells, tmp_path)
     for i, c in enumerate(cells):
-        d = runs / c.run_id
+        d = c.result_dir
         d.mkdir(parents=True)
         if i == 0:
             continue  # missing metrics.json
@@ -58,10 +66,10 @@ def test_render_table_from_hand_made_results(tmp_path):
             (d / "metrics.json").write_text('{"splits": {"validation": ')  # corrupt
             continue
         (d / "metrics.json").write_text(json.dumps(_fake_result(c.run_id, 30.0 + i)))
-    paths = tables.build_table(spec, "tiny", runs, tmp_path)
+    paths = tables.build_table(spec, "tiny", tmp_path, tmp_path)
     md = paths["md"].read_text()
-    assert f"missing: {runs / cells[0].run_id / 'metrics.json'}" in md
-    assert f"corrupt: {runs / cells[1].run_id / 'metrics.json'}" in md
+    assert f"missing: {cells[0].result_dir / 'metrics.json'}" in md
+    assert f"corrupt: {cells[1].result_dir / 'metrics.json'}" in md
     rows = list(__import__("csv").DictReader(paths["csv"].open()))
     third = next(r for r in rows if r["run_id"] == cells[2].run_id and r["split"] == "dev" and r["metric"] == "rouge1")
     assert float(third["ours"]) == 32.0
@@ -76,12 +84,11 @@ def test_render_table_from_hand_made_results(tmp_path):
 def test_figure_written_and_not_empty(tmp_path):
     spec = SPECS["figure2"]
     cells = tables.expand_grid(spec, "tiny")
-    tables.resolve_run_ids(cells)
+    tables.resolve_run_ids(cells, tmp_path)
     for c in cells[:5]:
-        d = tmp_path / "runs" / c.run_id
-        d.mkdir(parents=True)
-        (d / "metrics.json").write_text(json.dumps(_fake_result(c.run_id, 10.0 + float(c.value))))
-    paths = tables.build_figure(spec, "tiny", tmp_path / "runs", tmp_path)
+        c.result_dir.mkdir(parents=True)
+        (c.result_dir / "metrics.json").write_text(json.dumps(_fake_result(c.run_id, 10.0 + float(c.value))))
+    paths = tables.build_figure(spec, "tiny", tmp_path, tmp_path)
     png = paths["png"].read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     rows = paths["csv"].read_text().splitlines()
@@ -93,17 +100,17 @@ def test_launch_skips_finished_cells_and_force_reruns(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(tables.subprocess, "run", lambda cmd, **kw: calls.append(cmd))
     cells = [c for c in tables.expand_grid(spec, "tiny") if c.available]
-    tables.resolve_run_ids(cells)
+    tables.resolve_run_ids(cells, tmp_path)
     for c in cells[:-1]:  # all but one cell finished
-        (tmp_path / c.run_id).mkdir(parents=True)
-        (tmp_path / c.run_id / "metrics.json").write_text("{}")
+        c.result_dir.mkdir(parents=True)
+        (c.result_dir / "metrics.json").write_text("{}")
     tables.launch(spec, "tiny", tmp_path)
     assert len(calls) == 1
     assert f"method={cells[-1].method}" in calls[0] and "skip_existing=true" in calls[0]
     calls.clear()
     tables.launch(spec, "tiny", tmp_path, force=True)
     assert len(calls) == 2  # one multirun per dataset column, every method in it
-    assert all("skip_existing=false" in c for c in calls)
+    assert all("skip_existing=false" in c and "trainer.ckpt_path=null" in c for c in calls)
     assert any(a == "method=truncation,sled,scaleformer,scaleformer_middle" for a in calls[0])
 
 

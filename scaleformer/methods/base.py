@@ -21,6 +21,10 @@ REGISTRY: dict[str, type[Method]] = {}
 @dataclass
 class MethodConfig:
     name: str = MISSING
+    # Keys that change only evaluation, not training (they join the evaluation identity).
+    EVAL_KEYS: ClassVar[tuple[str, ...]] = ()
+    # Keys that change neither the numbers nor the results (e.g. micro-batch sizes): in no identity.
+    RUNTIME_KEYS: ClassVar[tuple[str, ...]] = ()
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ them (:meth:`ChunkedMethod.combine`, e.g. ScaleFormer's fusion).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from omegaconf import MISSING
@@ -38,6 +39,8 @@ class ChunkedConfig(MethodConfig):
     # False: chunks are raw slices of the tokenized document (SLED). True: each chunk is wrapped in the
     # backbone's specials (BART <s>..</s>, T5 ..</s>), content shrinks by their count.
     chunk_special_tokens: bool = False
+
+    RUNTIME_KEYS: ClassVar[tuple[str, ...]] = ("encoder_batch_size",)
 
     def __post_init__(self) -> None:
         check(self.chunk_size > 0, "method.chunk_size", self.chunk_size, "must be > 0")

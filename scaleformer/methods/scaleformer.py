@@ -11,6 +11,7 @@ positions are kept from each encoder micro-batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -35,6 +36,8 @@ class ScaleFormerConfig(ChunkedConfig):
     middle_strategy: str = "random"
     # Seed of the evaluation-time random selection (same seed + config = same tokens).
     middle_seed: int = 0
+
+    EVAL_KEYS: ClassVar[tuple[str, ...]] = ("middle_seed",)
 
     def __post_init__(self) -> None:
         super().__post_init__()

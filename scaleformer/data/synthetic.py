@@ -28,7 +28,6 @@ GENERATOR_VERSION = 1
 DEFAULT_SEED = 1234
 # Every `MULTI_REF_EVERY`-th document gets a second (paraphrased) reference.
 MULTI_REF_EVERY = 4
-SPLITS = ("train", "validation", "test")
 
 FIRST = (
     "Mara Tobin Elsa Joren Petra Anselm Ilsa Corin Wren Dario Nadia Felix Oona Bram Greta Hollis "

@@ -1,0 +1,89 @@
+"""What a run prints: each line once, no library chatter, a short results table at the end.
+
+Lightning, transformers, rouge-score and torch print tips, device banners, deprecation notes and
+warnings about settings this framework makes on purpose (no validation loader when validation is
+off, a logging interval longer than a tiny run). They hide the lines that matter, so they are
+filtered here, in one place; real warnings still come through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+# Warnings about choices this framework makes deliberately (message regexes).
+_EXPECTED_WARNINGS = (
+    r"You defined a `validation_step` but have no `val_dataloader`",
+    r"The number of training batches \(\d+\) is smaller than the logging interval",
+    r".*does not have many workers which may be a bottleneck",
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+    r"Checkpoint directory .* exists and is not empty",
+    r"Experiment logs directory .* exists and is not empty",
+    r"The `srun` command is available on your system but is not used",
+    r".*`max_epochs` was not set\. Setting it to",
+    r"GPU available but not used",
+)
+
+
+def quiet() -> None:
+    """Silence library chatter; idempotent (every run calls it)."""
+    for pattern in _EXPECTED_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)
+    # Device banners and tips ("GPU available: False", "💡 Tip: ...") come from rank_zero_info.
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)
+    logging.getLogger("lightning.fabric.utilities.rank_zero").setLevel(logging.WARNING)
+    # Lightning adds its own console handler and also propagates to the root one: lines came out twice.
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        lg = logging.getLogger(name)
+        for h in list(lg.handlers):
+            if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
+                lg.removeHandler(h)
+        lg.propagate = True
+    logging.getLogger("absl").setLevel(logging.WARNING)  # rouge-score: "Using default tokenizer."
+    with contextlib.suppress(ImportError):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # "Loading weights: 100%" for every small model load
+
+
+@contextlib.contextmanager
+def log_to_file(path: Path) -> Iterator[None]:
+    """Copy every log line of the run (ours and the libraries') into ``path`` while it runs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    if root.level > logging.INFO or root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+
+
+def count_parameters(model: Any) -> str:
+    n = sum(p.numel() for p in model.parameters())
+    return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}K"
+
+
+_SHOWN = (("rouge1", "R-1"), ("rouge2", "R-2"), ("rougeL", "R-L"), ("rougeLsum", "R-Lsum"),
+          ("bertscore_f1", "BERTScore"))
+
+
+def summary_table(result: dict[str, Any], out_dir: Path) -> str:
+    """A short table of the headline numbers, then where the files are."""
+    m = result["method"]
+    header = f"{'split':<12}{'n':>6}" + "".join(f"{label:>11}" for _, label in _SHOWN)
+    lines = ["", f"run {result['run_id']}  ({m['option']}, {result['backbone']['name']}, {result['data']['name']}; "
+             f"step {result['step']}, {result['wall_time_s']:.0f} s)", header]
+    for split, s in result["splits"].items():
+        vals = "".join(f"{s[k]:>11.2f}" if isinstance(s.get(k), int | float) else f"{'-':>11}" for k, _ in _SHOWN)
+        lines.append(f"{split:<12}{s['n_examples']:>6}{vals}")
+    lines.append(f"results: {out_dir}")
+    return "\n".join(lines)

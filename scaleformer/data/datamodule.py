@@ -1,0 +1,192 @@
+"""The LightningDataModule: validate every uncached split, then tokenize into the cache, then batch."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from scaleformer.config import DataConfig
+from scaleformer.data import cache
+from scaleformer.data.encode import encode
+from scaleformer.data.errors import DataError
+from scaleformer.data.examples import Example, build_examples, to_rows
+from scaleformer.data.sources import ROLES, configured_roles, make_source, split_name
+from scaleformer.tokenizer import special_token_ids, tokenizer_fingerprint
+
+log = logging.getLogger(__name__)
+
+STAGE_ROLES = {"fit": ("train", "validation"), "validate": ("validation",), "test": ("test",),
+               "predict": ("test",)}
+
+
+@dataclass
+class Collator:
+    """Right-pad a list of items into tensors (a class, not a closure, so workers can pickle it)."""
+
+    pad_id: int
+    with_prefix: bool = False
+
+    @staticmethod
+    def _pad(seqs: list[np.ndarray], value: int) -> tuple[torch.Tensor, torch.Tensor]:
+        n = max((len(s) for s in seqs), default=0)
+        out = torch.full((len(seqs), n), value, dtype=torch.long)
+        mask = torch.zeros((len(seqs), n), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            out[i, : len(s)] = torch.from_numpy(np.asarray(s, dtype=np.int64))
+            mask[i, : len(s)] = 1
+        return out, mask
+
+    def __call__(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
+        input_ids, attention_mask = self._pad([b["input_ids"] for b in batch], self.pad_id)
+        labels, _ = self._pad([b["labels"] for b in batch], -100)
+        out: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels,
+                               "ids": [b["id"] for b in batch], "references": [b["references"] for b in batch]}
+        if self.with_prefix:
+            out["prefix_ids"], out["prefix_mask"] = self._pad([b["prefix_ids"] for b in batch], self.pad_id)
+        return out
+
+
+class SummarizationDataModule(pl.LightningDataModule):
+    """Loads, validates, tokenizes (cached) and batches one summarization dataset.
+
+    Splits are addressed by role ("train", "validation", "test"); `cfg.splits.<role>` gives the
+    split's name in the source (null: that split is not used).
+    """
+
+    def __init__(self, cfg: DataConfig, tokenizer: Any, *, seed: int = 42) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.seed = seed
+        self.prefix_special, self.suffix_special = special_token_ids(tokenizer)
+        pad = tokenizer.pad_token_id
+        if pad is None:
+            raise DataError(f"tokenizer {tokenizer.name_or_path!r} has no pad token; set one before "
+                            "building the data module")
+        self.pad_id = int(pad)
+        n_special = len(self.prefix_special) + len(self.suffix_special)
+        for key, value in (("data.max_input_tokens", cfg.max_input_tokens),
+                           ("data.max_target_tokens", cfg.max_target_tokens)):
+            if value is not None and value <= n_special:
+                raise DataError(f"{key}={value}: must be > {n_special}, the special tokens "
+                                f"{list(self.prefix_special)} + {list(self.suffix_special)} the tokenizer adds")
+        self.source = make_source(cfg)
+        self.datasets: dict[str, cache.TokenizedSplit] = {}
+        self._summary: dict[str, dict[str, Any]] = {}
+        self._fingerprint: str | None = None
+        self._checked = False
+
+    def roles(self) -> list[str]:
+        """The configured roles (splits whose name is not null)."""
+        return configured_roles(self.cfg)
+
+    def _cache_path(self, role: str) -> Path:
+        if self._fingerprint is None:
+            self._fingerprint = tokenizer_fingerprint(self.tokenizer)
+        return cache.entry_path(self.cfg, role, split_name(self.cfg, role), self.source.identity(role),
+                                self._fingerprint)
+
+    def _read(self, role: str) -> tuple[list[Example], dict[str, Any]]:
+        """Read and validate one role into examples; no tokenization yet."""
+        raw = self.source.rows(role)
+        train = role == "train"
+        cap = self.cfg.max_train_examples if train else self.cfg.max_eval_examples
+        examples, stats = build_examples(to_rows(raw, self.cfg), train=train, cap=cap)
+        stats["source"] = raw.where
+        stats["split"] = split_name(self.cfg, role)
+        if train and not examples:
+            raise DataError(f"{raw.where}: the train split has no example with a non-empty input and target "
+                            f"({stats['n_rows']} rows, {stats['n_skipped_empty']} skipped as empty)")
+        return examples, stats
+
+    def _ensure(self, roles: Sequence[str]) -> None:
+        """Set up `roles`: validate everything uncached first, then tokenize into the cache."""
+        todo = [r for r in roles if r not in self.datasets]
+        if not todo:
+            return
+        uncached = [r for r in todo if not cache.is_cached(self._cache_path(r))]
+        if uncached and not self._checked:  # cache hits need no source (a hub set tokenized once works offline)
+            self.source.check()
+            self._checked = True
+        raw = {role: self._read(role) for role in uncached}  # all reading/validation before any tokenization
+        for role in todo:
+            path = self._cache_path(role)
+            if role in raw:
+                t0 = time.perf_counter()
+                examples, stats = raw.pop(role)
+                arrays, lengths = encode(examples, self.tokenizer, max_input_tokens=self.cfg.max_input_tokens,
+                                         max_target_tokens=self.cfg.max_target_tokens,
+                                         suffix_special=self.suffix_special,
+                                         with_prefix=self.cfg.prefix_field is not None)
+                cache.write(path, arrays, [e.id for e in examples], [e.references for e in examples],
+                            {**stats, **lengths})
+                log.info("tokenized %s split %r: %d examples in %.1fs -> %s", self.cfg.name, role,
+                         len(examples), time.perf_counter() - t0, path)
+            else:
+                log.info("loaded tokenized %s split %r from cache %s", self.cfg.name, role, path)
+            self.datasets[role], self._summary[role] = cache.load(path)
+            s = self._summary[role]
+            if s["n_examples"] == 0:
+                log.warning("%s split %r has no usable examples (%d rows, %d skipped as empty)",
+                            self.cfg.name, role, s["n_rows"], s["n_skipped_empty"])
+
+    # ---- Lightning hooks ---------------------------------------------------------------------------
+
+    def prepare_data(self) -> None:
+        """Generate/download, validate and tokenize every configured split into the cache.
+
+        Lightning runs this on one process per node; the other ranks' setup() then read the cache.
+        """
+        self._ensure(self.roles())
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load the splits `stage` needs (all configured ones for None) from the cache, building it if needed."""
+        wanted = STAGE_ROLES.get(stage, ROLES) if stage else ROLES
+        self._ensure([r for r in wanted if r in self.roles()])
+
+    def has_split(self, split: str) -> bool:
+        """Whether `split` is configured and (once set up) has at least one example."""
+        if split not in self.roles():
+            return False
+        return split not in self._summary or self._summary[split]["n_examples"] > 0
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per split: counts (rows, examples, ids, references, skipped empty), token lengths, truncation."""
+        return {r: dict(self._summary[r]) for r in ROLES if r in self._summary}
+
+    def dataloader(self, split: str) -> DataLoader:
+        """Loader for one role; train is shuffled with the seed, evaluation keeps file order."""
+        split_name(self.cfg, split)
+        self._ensure([split])
+        train = split == "train"
+        if self.cfg.num_workers > 0:
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # quiet the fork warning
+        generator = torch.Generator().manual_seed(self.seed) if train else None
+        return DataLoader(
+            self.datasets[split],
+            batch_size=self.cfg.batch_size if train else self.cfg.eval_batch_size,
+            shuffle=train,
+            generator=generator,
+            collate_fn=Collator(self.pad_id, with_prefix=self.cfg.prefix_field is not None),
+            num_workers=self.cfg.num_workers,
+            persistent_workers=self.cfg.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self.dataloader("train")
+
+    def val_dataloader(self) -> DataLoader | list:
+        return self.dataloader("validation") if self.cfg.splits.validation is not None else []
+
+    def test_dataloader(self) -> DataLoader | list:
+        return self.dataloader("test") if self.cfg.splits.test is not None else []

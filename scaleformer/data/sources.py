@@ -1,0 +1,256 @@
+"""Where rows come from: a local file or folder, the bundled synthetic set, or the Hugging Face hub.
+
+Each source has a cheap :meth:`Source.check` that fails in seconds (files exist, header fields
+present, hub reachable) and :meth:`Source.rows`, the raw rows of one role; turning rows into
+examples is the same for every source (:func:`scaleformer.data.examples.to_rows`).
+
+Hub failures are fast: offline (``HF_HUB_OFFLINE=1``) or with the hub unreachable (a 3 s connection
+probe), a hub load stops at once with a message saying how to use a local copy, instead of
+`datasets`' retry loop (about 25 s).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from scaleformer.config import DataConfig
+from scaleformer.data import synthetic
+from scaleformer.data.errors import DataError, HubUnavailableError, check_fields, required_fields
+from scaleformer.data.examples import RawSplit
+from scaleformer.data.files import EXTENSIONS, file_records, header_fields
+from scaleformer.hub import offline_mode as hub_offline
+from scaleformer.hub import unreachable_reason
+
+log = logging.getLogger(__name__)
+
+ROLES = ("train", "validation", "test")
+_ROWS_BATCH = 1000  # hub rows are read this many at a time
+
+
+def configured_roles(cfg: DataConfig) -> list[str]:
+    """The roles whose split name is not null."""
+    return [r for r in ROLES if getattr(cfg.splits, r) is not None]
+
+
+def split_name(cfg: DataConfig, role: str) -> str:
+    """The role's split name in the source; a clear error for an unknown or unconfigured role."""
+    if role not in ROLES:
+        raise ValueError(f"unknown split {role!r}; expected one of {', '.join(ROLES)}")
+    name = getattr(cfg.splits, role)
+    if name is None:
+        raise DataError(f"data.splits.{role} is null: the {role} split is not configured for data={cfg.name}")
+    return name
+
+
+class Source(ABC):
+    """One data source, addressed by role ("train", "validation", "test")."""
+
+    def __init__(self, cfg: DataConfig) -> None:
+        self.cfg = cfg
+        self.roles = configured_roles(cfg)
+
+    @abstractmethod
+    def check(self) -> None:
+        """Cheap pre-flight for every configured role: raise DataError before any heavy work."""
+
+    @abstractmethod
+    def rows(self, role: str) -> RawSplit:
+        """The raw rows of one role (validated as they are read)."""
+
+    @abstractmethod
+    def identity(self, role: str) -> dict[str, Any]:
+        """What names this role's data for the tokenization cache (changes when the data may have)."""
+
+
+class LocalSource(Source):
+    """`data.path`: a folder with one <split>.jsonl/.json/.parquet/.csv per role, or one file for all."""
+
+    def __init__(self, cfg: DataConfig) -> None:
+        super().__init__(cfg)
+        self._warned_single_file = False
+
+    def file(self, role: str) -> Path:
+        """The file holding `role`; a clear error naming the folder's contents when there is none."""
+        path = Path(self.cfg.path).expanduser()
+        if path.is_file():
+            if "train" in self.roles and len(self.roles) > 1 and not self._warned_single_file:
+                self._warned_single_file = True
+                log.warning("data.path=%s is one file: it serves every configured split (%s), so evaluation "
+                            "sees the training examples; use a folder with one file per split, or set the "
+                            "unused data.splits.* to null", path, ", ".join(self.roles))
+            return path
+        if path.is_dir():
+            name = split_name(self.cfg, role)
+            for ext in EXTENSIONS:
+                if (path / f"{name}.{ext}").is_file():
+                    return path / f"{name}.{ext}"
+            have = sorted(p.name for p in path.iterdir())
+            raise DataError(f"data.path={path}: no {name}.jsonl/.json/.parquet/.csv for the {role} split "
+                            f"(the folder has {have}); add it, or set data.splits.{role}=null to skip it")
+        raise DataError(f"data.path={path}: no such file or directory")
+
+    def check(self) -> None:
+        for role in self.roles:
+            path = self.file(role)
+            fields = header_fields(path)
+            if fields:  # a .json file needs a full parse: rows() checks it
+                check_fields(str(path), fields, self.cfg)
+
+    def rows(self, role: str) -> RawSplit:
+        path = self.file(role)
+        return RawSplit(str(path), path.stem, file_records(path, self.cfg))
+
+    def identity(self, role: str) -> dict[str, Any]:
+        path = self.file(role).resolve()
+        st = path.stat()
+        return {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+class SyntheticSource(LocalSource):
+    """The bundled synthetic ledgers, generated once into `data.cache_dir` and then read as jsonl files."""
+
+    def __init__(self, cfg: DataConfig) -> None:
+        super().__init__(cfg)
+        self._paths: dict[str, Path] | None = None
+
+    def file(self, role: str) -> Path:
+        """The generated `<role>.jsonl`; the first call generates the set (or finds it already there)."""
+        if self._paths is None:
+            t0 = time.perf_counter()
+            docs = {r: int(self.cfg.synthetic_docs.get(r, 0)) for r in ROLES}
+            self._paths = synthetic.generate(Path(self.cfg.cache_dir), docs, self.cfg.synthetic_words)
+            log.debug("synthetic data ready in %.2fs", time.perf_counter() - t0)
+        return self._paths[role]
+
+
+# ---- the hub -------------------------------------------------------------------------------------
+
+
+def _libraries_offline() -> bool:
+    """Whether `datasets` and `huggingface_hub` themselves will stay off the network (read at import)."""
+    import datasets.config as dc
+    import huggingface_hub.constants as hc
+
+    return bool(dc.HF_HUB_OFFLINE) and bool(hc.HF_HUB_OFFLINE)
+
+
+def _flat_strings(x: Any) -> list[str]:
+    if isinstance(x, str):
+        return [x]
+    if isinstance(x, dict):
+        return [s for v in x.values() for s in _flat_strings(v)]
+    if isinstance(x, (list, tuple)):
+        return [s for v in x for s in _flat_strings(v)]
+    return []
+
+
+def _records(split: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Rows of a `datasets.Dataset`, read in column batches (row-by-row access is slow)."""
+    i = 0
+    for batch in split.iter(batch_size=_ROWS_BATCH):
+        for values in zip(*batch.values()):
+            yield f"row {i}", dict(zip(batch, values))
+            i += 1
+
+
+class HubSource(Source):
+    """`data.hub_id` (+ config, revision, data_files) through `datasets.load_dataset`."""
+
+    def __init__(self, cfg: DataConfig) -> None:
+        super().__init__(cfg)
+        self._reachable = False
+        self._dataset: Any = None
+
+    def describe(self) -> str:
+        c = self.cfg
+        parts = [repr(c.hub_id)] + [f"{k}={v!r}" for k, v in (("config", c.hub_config), ("revision", c.revision))
+                                    if v is not None]
+        files = list(dict.fromkeys(u.split("::")[-1] for u in _flat_strings(c.data_files or {}) if "://" in u))
+        if files:
+            parts.append(f"on {', '.join(files)}")
+        return f"hub dataset {' '.join(parts)} (data={c.name})"
+
+    def _urls(self) -> list[str]:
+        try:
+            from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES as builders
+        except ImportError:  # private name; the common builders suffice as a fallback
+            builders = {"json", "csv", "parquet", "text", "arrow", "pandas"}
+        urls = [u for u in _flat_strings(self.cfg.data_files or {}) if "://" in u]
+        if self.cfg.hub_id not in builders and not Path(self.cfg.hub_id).exists():
+            import huggingface_hub.constants as hc
+
+            urls.append(hc.ENDPOINT)
+        return urls
+
+    def _error(self, reason: str) -> HubUnavailableError:
+        c = self.cfg
+        fields = ", ".join(f for f in (c.input_field, c.target_field, c.id_field) if f)
+        names = "/".join(f"{getattr(c.splits, r)}.jsonl" for r in self.roles)
+        return HubUnavailableError(
+            f"cannot load {self.describe()}: the Hugging Face hub cannot be reached ({reason}). "
+            f"To use a local copy instead: data.source=local data.path=/path/to/folder (holding {names}, "
+            f"or .json/.parquet/.csv, with fields {fields}) or data.path=/path/to/file. If the dataset is "
+            "already in your datasets cache, set HF_HUB_OFFLINE=1 to read it from there."
+        )
+
+    def check(self) -> None:
+        """Probe the hub (or the data_files hosts); offline, leave it to the load: cached data may load."""
+        if self._reachable or hub_offline():
+            return
+        reason = unreachable_reason(self._urls())
+        if reason:
+            raise self._error(reason)
+        self._reachable = True
+
+    def _load(self) -> Any:
+        if self._dataset is not None:
+            return self._dataset
+        import datasets
+
+        c = self.cfg
+        if hub_offline() and not _libraries_offline():
+            # Offline was requested after `datasets` was imported: it would still try the network.
+            raise self._error("offline mode is enabled (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)")
+        self.check()
+        data_files = json.loads(json.dumps(c.data_files)) if c.data_files else None
+        t0 = time.perf_counter()
+        try:
+            ds = datasets.load_dataset(c.hub_id, c.hub_config, revision=c.revision, data_files=data_files)
+        except Exception as e:
+            msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            network = isinstance(e, (ConnectionError, TimeoutError)) or any(
+                w in type(e).__name__ for w in ("Connect", "Timeout", "Offline")) or "reach" in str(e).lower()
+            if hub_offline() or network:
+                raise self._error(msg) from None
+            raise DataError(f"cannot load {self.describe()}: {msg}") from e
+        log.info("loaded %s in %.1fs", self.describe(), time.perf_counter() - t0)
+        self._dataset = ds
+        return ds
+
+    def rows(self, role: str) -> RawSplit:
+        name = split_name(self.cfg, role)
+        ds = self._load()
+        if name not in ds:
+            raise DataError(f"{self.describe()}: no split {name!r} (it has {sorted(ds)}); "
+                            f"set data.splits.{role}=<name> or null to skip it")
+        split = ds[name]
+        where = f"{self.describe()} split {name!r}"
+        check_fields(where, split.column_names, self.cfg)
+        return RawSplit(where, name, _records(split.select_columns(required_fields(self.cfg))))
+
+    def identity(self, role: str) -> dict[str, Any]:
+        c = self.cfg
+        return {"hub_id": c.hub_id, "config": c.hub_config, "revision": c.revision,
+                "data_files": json.loads(json.dumps(c.data_files, sort_keys=True, default=str))}
+
+
+def make_source(cfg: DataConfig) -> Source:
+    """The source `data.source` names."""
+    kinds: dict[str, type[Source]] = {"synthetic": SyntheticSource, "local": LocalSource, "hub": HubSource}
+    return kinds[cfg.source](cfg)
