@@ -1,6 +1,6 @@
-"""Benchmark every long-context method's speed, memory and scaling (see scaleformer/bench.py).
+"""Benchmark every long-context method's speed, memory and scaling (see scaleformer/bench/).
 
-    python scripts/bench.py --profile cpu-tiny [--methods a,b] [--sizes 1024,4096] [--out results/bench]
+    python scripts/bench.py --profile cpu-tiny [--methods a,b] [--sizes 1k,4096] [--out results/bench] [--resume]
 """
 
 from __future__ import annotations

@@ -1,0 +1,200 @@
+"""One benchmark cell: every phase of one (method, N) — encode, generate per beam count, train step.
+
+Each encode and training step starts with one untimed call that is the size's warm-up and its probe:
+peak memory, the encoder calls (for FLOPs) and the input coverage are read from it, then the timed
+runs follow without hooks. Generation warms up once per method (its shapes barely change with N).
+An out-of-memory phase is recorded in the cell, not raised; any other error is the method's.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from scaleformer.bench.measure import MemoryProbe, is_oom, measure
+from scaleformer.bench.probes import (
+    content_ids,
+    encoder_flops,
+    make_inputs,
+    record_encoder_calls,
+    watch_markers,
+)
+from scaleformer.bench.profile import Profile
+from scaleformer.bench.shapes import Shape
+from scaleformer.methods import Method
+
+
+@dataclass
+class Context:
+    """What every phase of one (backbone, method) needs."""
+
+    profile: Profile
+    shape: Shape
+    device: torch.device
+    dtype: torch.dtype
+    probe: MemoryProbe
+    peak: float | None  # the device's dense bf16 TFLOP/s, None on CPU
+    flops: bool = True  # dense encoder FLOPs describe this method's encoder calls
+
+    def timed(self, fn: Any) -> tuple[dict[str, Any], Any]:
+        p = self.profile
+        timing, out = measure(fn, self.device, repeats=p.repeats, min_time_s=p.min_time_s, max_repeats=p.max_repeats)
+        return timing.summary(), out
+
+
+def _coverage(value: float | None) -> dict[str, Any]:
+    return {"input_coverage": value, "truncated": None if value is None else value < 1.0}
+
+
+def run_encode(ctx: Context, method: Method, model: Any, ids: torch.Tensor, mask: torch.Tensor,
+               markers: list[int]) -> tuple[dict[str, Any], Any]:
+    """Encoder time (inference), achieved FLOP/s, memory, input coverage; returns the encoded states."""
+    n = ids.shape[1]
+    encoder = model.get_encoder()
+    base = ctx.probe.start()
+    with torch.no_grad(), record_encoder_calls(encoder) as calls, watch_markers(encoder, markers) as seen:
+        enc = method.encode(encoder, ids, mask, training=False)
+    mem = ctx.probe.since(base)
+
+    def run() -> None:
+        method.encode(encoder, ids, mask, training=False)
+
+    with torch.no_grad():
+        out, _ = ctx.timed(run)
+    t = out["time_s"]
+    # None when the method bypasses the encoder's forward (nothing to count) or is not dense.
+    flops = encoder_flops(model.config, calls) if calls and ctx.flops else None
+    out |= {"tokens_per_s": n / t, "encoder_calls": len(calls), "flops": flops,
+            "tflops_per_s": flops / t / 1e12 if flops else None,
+            "peak_fraction": flops / t / 1e12 / ctx.peak if flops and ctx.peak else None,
+            **mem, "mem_base_bytes": base, **_coverage(seen["coverage"])}
+    return out, enc
+
+
+def run_generate(ctx: Context, model: Any, enc: Any, beams: int, warmup: bool) -> dict[str, Any]:
+    """Decoding time for exactly ``new_tokens`` tokens from already-encoded states (the encoder runs
+    once per document; end-to-end = this + encoder time)."""
+    from transformers.modeling_outputs import BaseModelOutput
+
+    k = ctx.profile.new_tokens
+    base = ctx.probe.start()
+
+    def gen() -> torch.Tensor:
+        return model.generate(
+            encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden), attention_mask=enc.mask,
+            num_beams=beams, max_new_tokens=k, min_new_tokens=k, do_sample=False, early_stopping=False,
+            length_penalty=1.0, no_repeat_ngram_size=0, forced_bos_token_id=None, forced_eos_token_id=None,
+            use_cache=True)
+
+    with torch.no_grad():
+        if warmup:
+            gen()
+        out, ids = ctx.timed(gen)
+    made = int(ids.shape[1]) - 1  # minus the decoder start token
+    if made != k:
+        raise AssertionError(f"generated {made} tokens, expected exactly {k} (min_new_tokens = max_new_tokens)")
+    return out | {"new_tokens": made, "tokens_per_s": k / out["time_s"], **ctx.probe.since(base)}
+
+
+def run_train(ctx: Context, method: Method, model: Any, ids: torch.Tensor, mask: torch.Tensor,
+              markers: list[int]) -> dict[str, Any]:
+    """One training step: encode (training mode) + teacher-forced decoder + backward (no optimiser)."""
+    n = ids.shape[1]
+    p = ctx.profile
+    ckpt = p.grad_ckpt_min_tokens is not None and n >= p.grad_ckpt_min_tokens
+    labels = content_ids(model.config.vocab_size, p.label_tokens, len(markers), p.seed + 7, ctx.device)
+    encoder = model.get_encoder()
+
+    def step() -> None:
+        enc = method.encode(encoder, ids, mask, training=True)
+        loss = model(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, labels=labels).loss
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    # transformers >= 5 names it activation checkpointing; a method's wrapper may offer neither.
+    new_api = hasattr(model, "activation_checkpointing_enable")
+    ckpt = ckpt and (new_api or hasattr(model, "gradient_checkpointing_enable"))
+    model.train()
+    if ckpt:
+        kwargs = {"use_reentrant": False}
+        if new_api:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    try:
+        base = ctx.probe.start()
+        with watch_markers(encoder, markers) as seen:
+            step()
+        mem = ctx.probe.since(base)
+        out, _ = ctx.timed(step)
+    finally:
+        if ckpt:
+            (model.activation_checkpointing_disable if new_api else model.gradient_checkpointing_disable)()
+        model.eval()
+        model.zero_grad(set_to_none=True)
+    return {"status": "ok", **out, "tokens_per_s": n / out["time_s"], "grad_checkpointing": ckpt,
+            "label_tokens": p.label_tokens, **mem, **_coverage(seen["coverage"])}
+
+
+def cross_attention_bytes(shape: Shape, length: int, beams: int, dtype: torch.dtype) -> int:
+    """Decoder cross-attention K/V cache for ``length`` encoded positions and ``beams`` beams."""
+    c = shape.config
+    layers = getattr(c, "decoder_layers", None) or getattr(c, "num_decoder_layers", None) or c.num_layers
+    inner = c.num_heads * c.d_kv if getattr(c, "model_type", "") == "t5" else c.d_model
+    return 2 * layers * length * inner * beams * torch.finfo(dtype).bits // 8
+
+
+def measure_cell(ctx: Context, method: Method, model: Any, n: int, *, warmup: bool,
+                 train_skip: str | None) -> dict[str, Any]:
+    """All phases of one (method, N); an out-of-memory phase is recorded, not raised."""
+    ids, mask, markers = make_inputs(ctx.shape.config, ctx.shape.spec, n, ctx.device, ctx.profile.seed)
+    cell: dict[str, Any] = {"status": "ok"}
+    phase = "encode"
+    enc = None
+    try:
+        cell["encode"], enc = run_encode(ctx, method, model, ids, mask, markers)
+        cell |= {k: cell["encode"][k] for k in ("input_coverage", "truncated")}
+        length = int(enc.mask.sum())
+        try:
+            expected: int | None = method.decoder_length(n)
+        except NotImplementedError:
+            expected = None
+        cell |= {"decoder_length": length, "decoder_length_expected": expected,
+                 "decoder_length_ok": None if expected is None else expected == length,
+                 "cross_attention_bytes": {str(b): cross_attention_bytes(ctx.shape, length, b, ctx.dtype)
+                                           for b in ctx.profile.beams}}
+        cell["generate"] = {}
+        for b in ctx.profile.beams:
+            phase = f"generate_b{b}"
+            g = run_generate(ctx, model, enc, b, warmup)
+            g["e2e_time_s"] = cell["encode"]["time_s"] + g["time_s"]
+            cell["generate"][str(b)] = g
+        peaks = [cell["encode"]["mem_peak_bytes"]] + [g["mem_peak_bytes"] for g in cell["generate"].values()]
+        base = cell["encode"]["mem_base_bytes"]
+        cell["mem_inference_growth_bytes"] = None if base is None or None in peaks else max(peaks) - base
+        enc = None
+        phase = "train"
+        if train_skip:
+            cell["train"] = {"status": "skipped", "reason": train_skip}
+        else:
+            t0 = time.perf_counter()
+            cell["train"] = run_train(ctx, method, model, ids, mask, markers)
+            cell["train"]["wall_s"] = time.perf_counter() - t0  # the phase, untimed call included
+    except Exception as e:  # noqa: BLE001 - recorded; anything but OOM is an error of the method
+        enc = None
+        if not is_oom(e):
+            raise
+        msg = (str(e) or type(e).__name__).splitlines()[0][:300]
+        cell |= {"status": "oom", "cause": "error", "oom_phase": phase, "error": msg}
+        if phase == "train":
+            cell["train"] = {"status": "oom", "error": cell["error"]}
+    finally:
+        del ids, mask, enc
+        gc.collect()
+        if ctx.device.type == "cuda":
+            torch.cuda.empty_cache()
+    return cell

@@ -1,0 +1,121 @@
+"""Timing and peak memory of one benchmark phase.
+
+Timing: at least ``repeats`` timed runs at every size however slow (a single run says nothing about
+its own noise), more while the fast ones add up to less than ``min_time_s``; min, median and IQR are
+reported. This is ``torch.utils.benchmark.Timer``'s discipline (the device synchronised around each
+run, on CUDA only; the process's torch threads), without its extra calls: ``Timer.timeit`` adds two
+warm-up runs per measurement and ``blocked_autorange`` guarantees no minimum number of runs, which
+on a CPU means a 4-second encode timed once or three times the budget. Warm-ups are the caller's.
+
+Memory: on CUDA, ``torch.cuda.max_memory_allocated`` per phase. On CPU, the process's peak resident
+set (``VmHWM``), reset per phase through ``/proc/self/clear_refs`` after ``gc`` + ``malloc_trim`` hand
+freed memory back, minus the resident set at the phase start: every allocation of the phase counts,
+not only tensors. Growth figures are above the model + inputs already resident.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per timed run of one phase."""
+
+    times: tuple[float, ...]
+
+    def summary(self) -> dict[str, Any]:
+        """``time_s`` is the median (the field every consumer reads); min and the quartiles beside it."""
+        ts = sorted(self.times)
+        p25, p50, p75 = statistics.quantiles(ts, n=4, method="inclusive") if len(ts) > 1 else (ts[0],) * 3
+        return {"time_s": statistics.median(ts), "time_min_s": ts[0], "time_iqr_s": p75 - p25,
+                "time_p25_s": p25, "time_p75_s": p75, "times_s": list(self.times), "repeats": len(ts)}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(fn: Callable[[], Any], device: torch.device, *, repeats: int, min_time_s: float,
+            max_repeats: int) -> tuple[Timing, Any]:
+    """Time ``fn`` ``repeats`` times, then again while the total is under ``min_time_s`` (at most
+    ``max_repeats`` runs); returns the timing and the last run's output."""
+    times: list[float] = []
+    out = None
+    while len(times) < repeats or (sum(times) < min_time_s and len(times) < max_repeats):
+        out = None  # the previous output is not alive during the next run
+        sync(device)
+        t0 = time.perf_counter()
+        out = fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return Timing(tuple(times)), out
+
+
+def is_oom(err: BaseException) -> bool:
+    """CUDA/CPU out-of-memory, whatever the exception type torch raised it as."""
+    if isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)):
+        return True
+    msg = str(err).lower()
+    return isinstance(err, RuntimeError) and ("out of memory" in msg or "can't allocate memory" in msg)
+
+
+class MemoryProbe:
+    """Peak memory of one phase (see the module docstring for what is counted and why)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.available = True
+        self._trim = None
+        if device.type == "cpu":
+            with contextlib.suppress(OSError, AttributeError):
+                self._trim = ctypes.CDLL("libc.so.6").malloc_trim
+            try:
+                self._status()
+                Path("/proc/self/clear_refs").write_text("5")
+            except OSError:
+                self.available = False
+
+    @staticmethod
+    def _status() -> dict[str, int]:
+        out = {}
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(rest.split()[0]) * 1024
+        return out
+
+    def start(self) -> int | None:
+        """Reset the peak; returns the memory in use now (bytes)."""
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return torch.cuda.memory_allocated(self.device)
+        if not self.available:
+            return None
+        if self._trim is not None:
+            self._trim(0)
+        Path("/proc/self/clear_refs").write_text("5")
+        return self._status()["VmRSS"]
+
+    def peak(self) -> int | None:
+        """Peak since :meth:`start` (bytes)."""
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device)
+        return self._status()["VmHWM"] if self.available else None
+
+    def since(self, base: int | None) -> dict[str, int | None]:
+        """The phase's peak and its growth over ``base`` (what :meth:`start` returned)."""
+        peak = self.peak()
+        return {"mem_peak_bytes": peak, "mem_growth_bytes": None if peak is None or base is None else peak - base}
