@@ -14,13 +14,13 @@ from scaleformer.config import BertScoreConfig, MetricsConfig
 class StepCheckpoint(ModelCheckpoint):
     """A checkpoint every ``every_n_train_steps`` steps and one at the end of training.
 
-    Only the newest is kept, ``step=<N>.ckpt``, and ``last.ckpt`` links to it, so ``ckpt_path=last``
+    Only the newest is kept, ``step_<N>.ckpt``, and ``last.ckpt`` links to it, so ``ckpt_path=last``
     always finds the newest weights (Lightning's own callback saves no final checkpoint when the
     last step is not a multiple of the interval).
     """
 
     def __init__(self, dirpath: str, every_n_train_steps: int, **kwargs: Any) -> None:
-        kwargs.setdefault("filename", "step={step}")
+        kwargs.setdefault("filename", "step_{step}")
         kwargs.setdefault("auto_insert_metric_name", False)
         kwargs.setdefault("save_top_k", 1)
         kwargs.setdefault("save_last", "link")
@@ -32,6 +32,70 @@ class StepCheckpoint(ModelCheckpoint):
             self._save_topk_checkpoint(trainer, candidates)
             self._save_last_checkpoint(trainer, candidates)
         super().on_train_end(trainer, pl_module)
+
+
+class ExactResume(pl.Callback):
+    """Lets a run restarted from a mid-epoch checkpoint continue exactly as the uninterrupted run.
+
+    Each checkpoint records the epoch, the training samples of it already used and the RNG states
+    (dropout, random middle tokens). On restore, the training sampler skips those samples and the
+    RNG states are put back just before the first resumed step, after Lightning has built its data
+    iterators. Exact for single-process runs; under DDP Lightning's distributed sampler restarts the
+    epoch's order.
+    """
+
+    KEY = "scaleformer_resume"
+
+    def __init__(self, sampler: Any = None, batch_size: int = 1) -> None:
+        self.sampler = sampler  # the train loader's ResumableSampler, set before fit
+        self.batch_size = batch_size
+        self._pending_rng: dict[str, Any] | None = None
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed  # batches of this epoch trained on
+        checkpoint[self.KEY] = {"epoch": trainer.current_epoch, "samples_done": int(done) * self.batch_size,
+                                "rng": rng_states()}
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        state = checkpoint.get(self.KEY)
+        if not state:
+            return
+        if self.sampler is not None and hasattr(self.sampler, "resume_at"):
+            self.sampler.resume_at(state["epoch"], state["samples_done"])
+        self._pending_rng = state["rng"]
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        if self._pending_rng is not None:
+            set_rng_states(self._pending_rng)
+            self._pending_rng = None
+
+
+def rng_states() -> dict[str, Any]:
+    """Every RNG a training step may draw from, as plain data (a weights-only checkpoint can hold it)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available()
+            else [], "numpy": [kind, keys.tolist(), pos, has_gauss, cached], "python": random.getstate()}
+
+
+def set_rng_states(state: dict[str, Any]) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
 
 
 class ValidationRouge(pl.Callback):

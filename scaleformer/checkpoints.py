@@ -53,14 +53,20 @@ def refuse_remote(path: str) -> None:
                           "file can carry code); download it and pass the local path")
 
 
-def resolve(ckpt_path: str | None, ckpt_dir: Path | None) -> Path | None:
+def resolve(ckpt_path: str | None, ckpt_dir: Path | None, run_dir: Path | None = None) -> Path | None:
     """The checkpoint to start from: ``last`` = this run's newest (None when it has none), a path
-    (which must exist), or None. Checked at start-up, before any model is built."""
+    (which must exist), or None. Checked at start-up, before any model is built.
+
+    "Newest" also considers the ``hpc_ckpt_<n>.ckpt`` Lightning saves in the run folder when SLURM
+    preempts a job (before requeueing it): the one with the highest step wins.
+    """
     if ckpt_path is None:
         return None
     if ckpt_path == "last":
-        last = ckpt_dir / "last.ckpt" if ckpt_dir is not None else None
-        return last if last is not None and last.exists() else None
+        found = [p for p in [ckpt_dir / "last.ckpt" if ckpt_dir is not None else None] if p and p.exists()]
+        if run_dir is not None and run_dir.is_dir():
+            found += sorted(run_dir.glob("hpc_ckpt_*.ckpt"))
+        return max(found, key=lambda p: peek(p)["step"]) if found else None
     refuse_remote(ckpt_path)
     path = Path(ckpt_path).expanduser()
     if not path.is_file():

@@ -51,8 +51,11 @@ def quiet() -> None:
 
 
 @contextlib.contextmanager
-def log_to_file(path: Path) -> Iterator[None]:
+def log_to_file(path: Path, enabled: bool = True) -> Iterator[None]:
     """Copy every log line of the run (ours and the libraries') into ``path`` while it runs."""
+    if not enabled:
+        yield
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))

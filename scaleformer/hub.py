@@ -116,3 +116,12 @@ def cached_snapshot(repo_id: str, *, weights: bool = True) -> Path | None:
 def unreachable_message(what: str, ident: str, why: str, local_hint: str) -> str:
     return (f"Cannot load {what} {ident!r}: the Hugging Face hub cannot be reached ({why}) and it is "
             f"not in the local cache. {local_hint}")
+
+
+def check_available(ident: str | None, what: str, local_hint: str) -> None:
+    """At start-up: fail when a hub id the run will load later is neither local, cached nor reachable."""
+    if ident is None or is_local(ident) or cached_snapshot(ident, weights=True) is not None:
+        return
+    why = unreachable_reason()
+    if why is not None:
+        raise HubUnreachableError(unreachable_message(what, ident, why, local_hint))

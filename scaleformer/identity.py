@@ -15,7 +15,7 @@ bars, micro-batch sizes)::
 
     <paths.runs>/<data>-<method option>-<backbone>-<training hash>/
         config.yaml  train.log  checkpoints/  logs/  model/
-        eval/step=<N>-<evaluation hash>/  config.yaml  metrics.json  predictions_<split>.jsonl
+        eval/step_<N>-<evaluation hash>/  config.yaml  metrics.json  predictions_<split>.jsonl
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def run_dir(rc: RunConfig) -> Path:
 
 def eval_dir(rc: RunConfig, step: int) -> Path:
     """Folder of one evaluation: the weights' step and the evaluation identity."""
-    return run_dir(rc) / "eval" / f"step={step}-{evaluation_hash(rc)}"
+    return run_dir(rc) / "eval" / f"step_{step}-{evaluation_hash(rc)}"
 
 
 def expected_eval_dir(rc: RunConfig) -> Path | None:

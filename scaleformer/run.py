@@ -1,9 +1,10 @@
-"""One run: validate the config, build backbone + method + data, train (or continue, or load), evaluate.
+"""One run: validate, build, train (or continue, or load a checkpoint), evaluate, export.
 
-Everything that can be checked (config ranges, method vs backbone limits, data fields, the
-checkpoint to start from, loggers and callbacks) is checked before the model weights are built, so
-a mistake costs seconds, not a GPU allocation. Where the files go and what names them:
-:mod:`scaleformer.identity`.
+Everything that can be checked is checked before the model weights are built: config ranges,
+method vs backbone limits, the checkpoint to start from (exists, local, same backbone and method),
+loggers and callbacks, the output folders, the BERTScore model and the backbone's weights. A
+mistake costs seconds, not a GPU allocation. Where files go and what names them:
+:mod:`scaleformer.identity`; which process writes them: :mod:`scaleformer.runtime`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import logging
 import subprocess
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +21,24 @@ import lightning.pytorch as pl
 import torch
 from omegaconf import OmegaConf
 
-from scaleformer import checkpoints, identity
+from scaleformer import checkpoints, hub, identity, runtime
 from scaleformer.backbone import backbone_spec, build_model, load_tokenizer, model_config
-from scaleformer.callbacks import StepProgressBar, log_metrics
-from scaleformer.config import ConfigError, RunConfig, to_config
+from scaleformer.callbacks import ExactResume, log_metrics
+from scaleformer.config import RunConfig, to_config
 from scaleformer.console import count_parameters, log_to_file, quiet, summary_table
 from scaleformer.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from scaleformer.methods import Method, build_method
 from scaleformer.module import SummarizationModule
+from scaleformer.trainer import build_trainer, checkpoint_dir, instantiate_all
 
 log = logging.getLogger("scaleformer")
 
 
 def run(cfg: Any) -> dict[str, Any]:
-    """Train (when asked) and evaluate one configuration; returns the metrics.json content."""
+    """Train (when asked) and evaluate one configuration; returns the metrics.json content.
+
+    On global rank 0 only; other ranks of a distributed run return an empty dict.
+    """
     from scaleformer.metrics import reset_notices
 
     started = time.time()
@@ -43,12 +49,20 @@ def run(cfg: Any) -> dict[str, Any]:
     if rc.skip_existing and expected is not None and (existing := read_results(expected)) is not None:
         log.info("run %s already has results in %s: skipped (skip_existing=true)", rc.paths.run_id, expected)
         return existing
-    ckpt = checkpoints.resolve(rc.trainer.ckpt_path, checkpoint_dir(rc))
-    with log_to_file(identity.run_dir(rc) / "train.log"):
-        return _run(rc, ckpt, started)
+    ckpt = checkpoints.resolve(rc.trainer.ckpt_path, checkpoint_dir(rc), identity.run_dir(rc))
+    run_dir = identity.run_dir(rc)
+    with runtime.run_lock(run_dir), log_to_file(run_dir / "train.log", enabled=runtime.is_rank_zero()):
+        try:
+            result = _run(rc, ckpt, started)
+        except BaseException as e:
+            record_failure(run_dir, e)
+            raise
+        (run_dir / "failed.json").unlink(missing_ok=True)
+        return result
 
 
 def _run(rc: RunConfig, ckpt: Path | None, started: float) -> dict[str, Any]:
+    rank0 = runtime.is_rank_zero()
     pl.seed_everything(rc.seed, workers=True, verbose=False)
     tokenizer = load_tokenizer(rc.backbone)
     conf = model_config(rc.backbone, tokenizer)
@@ -57,8 +71,15 @@ def _run(rc: RunConfig, ckpt: Path | None, started: float) -> dict[str, Any]:
     start = checkpoints.peek(ckpt) if ckpt is not None else None
     if start is not None:
         checkpoints.check_compatible(start["meta"], rc.backbone.name, described, ckpt)
+    hub.check_available(rc.backbone.pretrained, "model weights",
+                        "Download it on a connected machine and set backbone.pretrained=DIR.")
+    if rc.trainer.eval_splits and rc.metrics.bertscore.enabled:
+        from scaleformer.metrics import resolve_bertscore_model
+
+        resolve_bertscore_model(rc.metrics.bertscore)  # offline, a missing model fails now, not after training
     loggers, callbacks = instantiate_all(rc.logger, "logger"), instantiate_all(rc.callbacks, "callbacks")
-    trainer = build_trainer(rc, loggers, callbacks)
+    resume = ExactResume(batch_size=rc.data.batch_size)
+    trainer = build_trainer(rc, loggers, [*callbacks, resume])
 
     from scaleformer.data import SummarizationDataModule
 
@@ -75,14 +96,17 @@ def _run(rc: RunConfig, ckpt: Path | None, started: float) -> dict[str, Any]:
         lg.log_hyperparams(OmegaConf.to_container(rc.raw, resolve=True))
 
     train_time = 0.0
-    if rc.trainer.do_train and dm.has_split("train"):
-        if ckpt is None:
+    trained = rc.trainer.do_train and dm.has_split("train")
+    if trained:
+        if ckpt is None and rank0:
             _clear_stale_checkpoints(checkpoint_dir(rc))
-        else:
+        elif ckpt is not None:
             log.info("continuing from %s (step %d)", ckpt, start["step"])
         t0 = time.time()
         has_val = dm.has_split("validation") and rc.trainer.limit_val_batches not in (0, 0.0)
-        trainer.fit(module, train_dataloaders=dm.train_dataloader(),
+        train_loader = dm.train_dataloader()
+        resume.sampler = train_loader.sampler
+        trainer.fit(module, train_dataloaders=train_loader,
                     val_dataloaders=dm.val_dataloader() if has_val else None,
                     ckpt_path=str(ckpt) if ckpt else None, weights_only=True)
         train_time = time.time() - t0
@@ -94,6 +118,10 @@ def _run(rc: RunConfig, ckpt: Path | None, started: float) -> dict[str, Any]:
         step = 0
         log.warning("no training (trainer.do_train=false or no train split) and no checkpoint "
                     "(trainer.ckpt_path): scoring UNTRAINED weights")
+    if trained and rank0:
+        from scaleformer.export import export_model
+
+        export_model(module, rc, described, step)
 
     out_dir = identity.eval_dir(rc, step)
     splits: dict[str, Any] = {}
@@ -101,8 +129,12 @@ def _run(rc: RunConfig, ckpt: Path | None, started: float) -> dict[str, Any]:
         if not dm.has_split(split):
             log.warning("no %s split in data %s: skipped", split, rc.data.name)
             continue
-        splits[split] = evaluate_split(rc, trainer, module, dm, split, out_dir)
-        log_metrics(trainer, split, splits[split])
+        scored = evaluate_split(rc, trainer, module, dm, split, out_dir)
+        if scored is not None:
+            splits[split] = scored
+            log_metrics(trainer, split, scored)
+    if not rank0:
+        return {}
 
     result = {
         "run_id": rc.paths.run_id,
@@ -115,6 +147,7 @@ def _run(rc: RunConfig, ckpt: Path | None, started: float) -> dict[str, Any]:
         "backbone": {"name": rc.backbone.name, "pretrained": rc.backbone.pretrained, "arch": rc.backbone.arch},
         "data": {"name": rc.data.name, "summary": dm.summary()},
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "world_size": int(trainer.world_size),
         "seed": rc.seed,
         "train_steps": step,
         "train_time_s": round(train_time, 2),
@@ -136,14 +169,6 @@ def describe_method(rc: RunConfig, method: Method) -> dict[str, Any]:
     return {"option": rc.method_option, "class": type(method).__name__, **method.describe()}
 
 
-def checkpoint_dir(rc: RunConfig) -> Path | None:
-    """Where this run's checkpoints go: the checkpoint callback's folder (None when it is switched off)."""
-    for node in rc.callbacks.values():
-        if node and "Checkpoint" in str(node.get("_target_", "")) and node.get("dirpath"):
-            return Path(node["dirpath"])
-    return None
-
-
 def _clear_stale_checkpoints(ckpt_dir: Path | None) -> None:
     """A fresh start replaces this run's checkpoints (else `last` could point at the old training)."""
     if ckpt_dir is None or not ckpt_dir.is_dir():
@@ -156,51 +181,14 @@ def _clear_stale_checkpoints(ckpt_dir: Path | None) -> None:
             p.unlink()
 
 
-def instantiate_all(nodes: dict[str, Any], group: str) -> list[Any]:
-    """Build every non-null ``{_target_: ...}`` entry of a group; errors name the entry."""
-    from hydra.utils import instantiate
-
-    out = []
-    for name, node in nodes.items():
-        if node is None:
-            continue
-        try:
-            out.append(instantiate(node))
-        except Exception as e:
-            cause = e.__cause__ or e
-            msg = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
-            raise ConfigError(f"{group}.{name} ({node.get('_target_')}): {msg}") from None
-    return out
-
-
-def _precision(p: str) -> str:
-    if p != "auto":
-        return p
-    return "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "32-true"
-
-
-def build_trainer(rc: RunConfig, loggers: list[Any], callbacks: list[Any]) -> pl.Trainer:
-    """A Lightning Trainer from the trainer group; Lightning's own errors come back as one line."""
-    t = rc.trainer
-    extra = dict(t.extra)
-    plugins = extra.pop("plugins", None) or []
-    plugins = [*(plugins if isinstance(plugins, list) else [plugins]), checkpoints.AtomicCheckpointIO()]
-    if t.enable_progress_bar:
-        callbacks = [*callbacks, StepProgressBar()]
-    try:
-        return pl.Trainer(
-            max_steps=t.max_steps, max_epochs=t.max_epochs, accelerator=t.accelerator, devices=t.devices,
-            precision=_precision(t.precision), gradient_clip_val=t.gradient_clip_val,
-            accumulate_grad_batches=t.accumulate_grad_batches, val_check_interval=t.val_check_interval,
-            check_val_every_n_epoch=t.check_val_every_n_epoch, limit_val_batches=t.limit_val_batches,
-            num_sanity_val_steps=0, log_every_n_steps=t.log_every_n_steps,
-            enable_progress_bar=t.enable_progress_bar, enable_model_summary=False, logger=loggers or False,
-            callbacks=callbacks, enable_checkpointing=checkpoint_dir(rc) is not None,
-            default_root_dir=str(identity.run_dir(rc)), plugins=plugins, **extra,
-        )
-    except (ValueError, TypeError, RuntimeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"trainer: {first}") from None
+def record_failure(run_dir: Path, error: BaseException) -> None:
+    """``<run>/failed.json``: why the run stopped (tables and reproduce.py report it per cell)."""
+    if not runtime.is_rank_zero() or isinstance(error, runtime.RunInUseError):
+        return  # a refused second launch is not the run's failure
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    atomic_write_json(run_dir / "failed.json", {
+        "error": f"{type(error).__name__}: {first}", "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "traceback": traceback.format_exception(error)[-6:]})
 
 
 def read_results(out_dir: Path) -> dict[str, Any] | None:
@@ -213,14 +201,19 @@ def read_results(out_dir: Path) -> dict[str, Any] | None:
 
 
 def evaluate_split(rc: RunConfig, trainer: pl.Trainer, module: SummarizationModule, dm: Any, split: str,
-                   out_dir: Path) -> dict[str, Any]:
-    """Generate for every example of `split`, save predictions, score them from the saved rows."""
+                   out_dir: Path) -> dict[str, Any] | None:
+    """Generate for every example of `split` (sharded over ranks), save the predictions, score them.
+
+    Returns the scores on rank 0, None on the other ranks.
+    """
     from scaleformer.metrics import compute_metrics
 
     t0 = time.time()
     batches = trainer.predict(module, dataloaders=dm.dataloader(split))
+    rows = runtime.gather_rows([r for b in batches for r in b], dm.datasets[split].ids, trainer.world_size)
     gen_time = time.time() - t0
-    rows = [r for b in batches for r in b]
+    if not runtime.is_rank_zero():
+        return None
     n_tokens = sum(r.pop("input_tokens") for r in rows)
     atomic_write_jsonl(out_dir / f"predictions_{split}.jsonl", rows)
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -159,7 +159,7 @@ def test_hub_backbone_offline_fails_fast_with_a_clear_message(monkeypatch):
 
 
 def test_a_bad_logger_argument_fails_before_the_model_is_built(tmp_path):
-    from scaleformer.run import instantiate_all
+    from scaleformer.trainer import instantiate_all
 
     rc = to_config(compose([f"paths.root={tmp_path}", "+logger.csv.no_such_argument=1"]))
     with pytest.raises(ConfigError, match=r"logger\.csv .*no_such_argument"):

@@ -20,6 +20,7 @@ from scaleformer.data import cache
 from scaleformer.data.encode import encode
 from scaleformer.data.errors import DataError
 from scaleformer.data.examples import Example, build_examples, to_rows
+from scaleformer.data.sampler import ResumableSampler
 from scaleformer.data.sources import ROLES, configured_roles, make_source, split_name
 from scaleformer.tokenizer import special_token_ids, tokenizer_fingerprint
 
@@ -165,18 +166,19 @@ class SummarizationDataModule(pl.LightningDataModule):
         return {r: dict(self._summary[r]) for r in ROLES if r in self._summary}
 
     def dataloader(self, split: str) -> DataLoader:
-        """Loader for one role; train is shuffled with the seed, evaluation keeps file order."""
+        """Loader for one role; train is shuffled from the seed (resumably), evaluation keeps file order."""
         split_name(self.cfg, split)
         self._ensure([split])
         train = split == "train"
         if self.cfg.num_workers > 0:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # quiet the fork warning
-        generator = torch.Generator().manual_seed(self.seed) if train else None
+        sampler = ResumableSampler(len(self.datasets[split]), self.seed) if train else None
         return DataLoader(
             self.datasets[split],
             batch_size=self.cfg.batch_size if train else self.cfg.eval_batch_size,
-            shuffle=train,
-            generator=generator,
+            sampler=sampler,
+            # Workers' base seeds come from this generator, not the global RNG that dropout uses.
+            generator=torch.Generator() if train else None,
             collate_fn=Collator(self.pad_id, with_prefix=self.cfg.prefix_field is not None),
             num_workers=self.cfg.num_workers,
             persistent_workers=self.cfg.num_workers > 0,

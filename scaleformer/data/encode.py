@@ -22,7 +22,8 @@ from scaleformer.data.examples import Example
 _BATCH = 64
 
 
-def _truncate(ids: list[int], max_len: int | None, suffix: tuple[int, ...]) -> tuple[list[int], bool]:
+def truncate_ids(ids: list[int], max_len: int | None, suffix: tuple[int, ...]) -> tuple[list[int], bool]:
+    """At most `max_len` ids, a cut sequence re-closed with the suffix specials; and whether it was cut."""
     if max_len is None or len(ids) <= max_len:
         return ids, False
     return ids[: max_len - len(suffix)] + list(suffix), True
@@ -62,7 +63,7 @@ def encode(
         enc = tokenizer([e.input for e in chunk], add_special_tokens=True, verbose=False)["input_ids"]
         for ids in enc:
             in_lens.append(len(ids))
-            ids, cut = _truncate(list(ids), max_input_tokens, suffix_special)
+            ids, cut = truncate_ids(list(ids), max_input_tokens, suffix_special)
             n_trunc += cut
             inputs.append(_ids(ids))
         tgt = tokenizer([e.target for e in chunk], add_special_tokens=True, verbose=False)["input_ids"]
@@ -71,7 +72,7 @@ def encode(
                 labels.append(_ids([]))
                 continue
             tgt_lens.append(len(ids))
-            ids, cut = _truncate(list(ids), max_target_tokens, suffix_special)
+            ids, cut = truncate_ids(list(ids), max_target_tokens, suffix_special)
             n_tgt_trunc += cut
             labels.append(_ids(ids))
         if with_prefix:

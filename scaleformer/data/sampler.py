@@ -1,0 +1,58 @@
+"""The training order: shuffled per epoch from the seed alone, and resumable in the middle of an epoch.
+
+A run restarted from a mid-epoch checkpoint must see exactly the batches the uninterrupted run would
+have seen next (else its predictions differ). So an epoch's order is a pure function of (seed, epoch)
+- independent of how many iterators were created before - and the sampler can be told to skip the
+batches of that epoch already trained on (:class:`scaleformer.callbacks.ExactResume` records and
+restores that count with the checkpoint).
+
+The order is the one ``DataLoader(shuffle=True, generator=torch.Generator().manual_seed(seed))``
+produces with ``num_workers=0`` (each epoch draws from the one generator the loader's base seed, the
+permutation, and RandomSampler's empty remainder permutation), replayed from the seed: runs keep the
+order they had before resuming existed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import Sampler
+
+
+class ResumableSampler(Sampler[int]):
+    """Seeded per-epoch permutations of ``range(n)``; ``resume_at`` skips an epoch's first samples."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n = n
+        self.seed = seed
+        self.epoch = 0
+        self._skip: tuple[int, int] | None = None  # (epoch, samples to skip in it)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by Lightning at the start of every epoch."""
+        self.epoch = epoch
+
+    def resume_at(self, epoch: int, samples_done: int) -> None:
+        """The next iteration over `epoch` starts after its first `samples_done` samples."""
+        self._skip = (epoch, samples_done)
+
+    def order(self, epoch: int) -> list[int]:
+        """The permutation of `epoch` (replays the generator from the seed: O(epoch * n), tiny)."""
+        g = torch.Generator().manual_seed(self.seed)
+        perm = torch.empty(0, dtype=torch.long)
+        for _ in range(epoch + 1):
+            torch.empty((), dtype=torch.int64).random_(generator=g)  # the loader's base-seed draw
+            perm = torch.randperm(self.n, generator=g)
+            torch.randperm(self.n, generator=g)  # RandomSampler's trailing (empty) remainder draw
+        return perm.tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        start = 0
+        if self._skip is not None and self._skip[0] == self.epoch:
+            start = self._skip[1]
+            self._skip = None
+        yield from self.order(self.epoch)[start:]
+
+    def __len__(self) -> int:
+        return self.n

@@ -1,0 +1,84 @@
+"""One run, several processes: who writes, who waits, and how evaluation rows come together.
+
+- Only global rank 0 writes a run's files (config, logs, results) and prints the summary; the rank is
+  read from the launcher's environment, before Lightning starts, so the same answer holds from the
+  first line of a run (a DDP child re-executes the whole script).
+- One process per run folder at a time: rank 0 holds an exclusive ``flock`` on ``<run>/.lock`` for
+  the run's whole life (released by the kernel if the process dies), so a second launch of the same
+  run stops with a message instead of racing the first to the same checkpoints and results.
+- Evaluation under DDP: each rank generates for its share of the examples (Lightning's distributed
+  sampler pads the last share with repeats); the rows are gathered, de-duplicated by example id and
+  put back in the dataset's order, so the predictions file equals a single process's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+
+class RunInUseError(RuntimeError):
+    """Another process is running the same run folder."""
+
+
+def global_rank() -> int:
+    """This process's global rank as the launcher (torchrun, SLURM, Lightning's DDP) set it; 0 alone."""
+    env = os.environ
+    for var in ("RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        if env.get(var, "").isdigit() and (var != "SLURM_PROCID" or int(env.get("SLURM_NTASKS", "1")) > 1):
+            return int(env[var])
+    local, node = int(env.get("LOCAL_RANK", "0") or 0), int(env.get("NODE_RANK", env.get("GROUP_RANK", "0")) or 0)
+    return local + node * 10_000  # any nonzero local or node rank is not rank 0
+
+
+def is_rank_zero() -> bool:
+    return global_rank() == 0
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold ``<run_dir>/.lock`` (rank 0 only); a second holder gets :class:`RunInUseError` at once."""
+    if not is_rank_zero():
+        yield
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / ".lock"
+    with open(path, "a+", encoding="utf-8") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise RunInUseError(f"run folder {run_dir} is in use ({holder}): wait for that run to finish, or set "
+                                "run_name=<another name> to run this config beside it") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        f.flush()
+        try:
+            yield
+        finally:
+            f.seek(0)
+            f.truncate()
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def gather_rows(rows: list[dict[str, Any]], order: Sequence[str], world_size: int) -> list[dict[str, Any]]:
+    """All ranks' prediction rows, one per example id, in the dataset's order (``order``: its ids)."""
+    if world_size > 1:
+        import torch.distributed as dist
+
+        shards: list[Any] = [None] * world_size
+        dist.all_gather_object(shards, rows)
+        rows = [r for shard in shards for r in shard]
+    first: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        first.setdefault(r["id"], r)
+    position = {doc_id: i for i, doc_id in enumerate(order)}
+    return sorted(first.values(), key=lambda r: position.get(r["id"], len(position)))

@@ -1,0 +1,27 @@
+"""Test-only Lightning callbacks that interrupt a run (importable by Hydra as tests.helpers.*)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import lightning.pytorch as pl
+
+
+class CrashAt(pl.Callback):
+    """Raise before optimiser step `step` runs: a crash after the last checkpoint."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError(f"simulated crash before step {self.step}")
+
+
+class KillAt(CrashAt):
+    """Die like `kill -9` before step `step`: no exception handling, no cleanup."""
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            os._exit(137)
