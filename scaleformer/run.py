@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from scaleformer import checkpoints, hub, identity, runtime
 from scaleformer.backbone import backbone_spec, build_model, load_tokenizer, model_config
 from scaleformer.callbacks import ExactResume, log_metrics
-from scaleformer.config import RunConfig, to_config
+from scaleformer.config import ConfigError, RunConfig, to_config
 from scaleformer.console import count_parameters, log_to_file, quiet, summary_table
 from scaleformer.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from scaleformer.methods import Method, build_method
@@ -51,6 +51,8 @@ def run(cfg: Any) -> dict[str, Any]:
         return existing
     ckpt = checkpoints.resolve(rc.trainer.ckpt_path, checkpoint_dir(rc), identity.run_dir(rc))
     run_dir = identity.run_dir(rc)
+    for key, folder in (("paths.run_dir", run_dir), ("paths.cache", Path(rc.data.cache_dir))):
+        check_writable(key, folder)
     with runtime.run_lock(run_dir), log_to_file(run_dir / "train.log", enabled=runtime.is_rank_zero()):
         try:
             result = _run(rc, ckpt, started)
@@ -179,6 +181,18 @@ def _clear_stale_checkpoints(ckpt_dir: Path | None) -> None:
                     "(trainer.ckpt_path=last continues them instead)", len(stale), ckpt_dir)
         for p in stale:
             p.unlink()
+
+
+def check_writable(key: str, folder: Path) -> None:
+    """A folder the run will write into exists (or can be made) and takes a file: checked at start-up."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{key}={str(folder)!r}: not writable ({e.strerror or e})") from None
 
 
 def record_failure(run_dir: Path, error: BaseException) -> None:

@@ -251,3 +251,13 @@ def test_a_killed_run_resumes_to_byte_identical_predictions(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     got = next((tmp_path / "killed").rglob("predictions_validation.jsonl")).read_text()
     assert got == _predictions(straight, tmp_path / "straight")
+
+
+def test_an_unwritable_output_folder_fails_at_start_up(tmp_path, monkeypatch):
+    import scaleformer.run as run_module
+
+    monkeypatch.setattr(run_module, "load_tokenizer", lambda *a, **k: pytest.fail("work started"))
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ConfigError, match=r"paths\.run_dir=.*a_file.*not writable"):
+        run(compose(_tiny(tmp_path, f"paths.root={blocker}")))
