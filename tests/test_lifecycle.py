@@ -261,3 +261,17 @@ def test_an_unwritable_output_folder_fails_at_start_up(tmp_path, monkeypatch):
     blocker.write_text("not a folder")
     with pytest.raises(ConfigError, match=r"paths\.run_dir=.*a_file.*not writable"):
         run(compose(_tiny(tmp_path, f"paths.root={blocker}")))
+
+
+@pytest.mark.slow
+def test_summarizing_a_million_token_document_on_the_cpu(tmp_path):
+    from scaleformer.summarize import Summarizer
+
+    result = run(compose(_tiny(tmp_path, "method=scaleformer")))
+    summarize = Summarizer.from_pretrained(_run_dir(result, tmp_path / "results") / "model", device="cpu",
+                                           num_beams=1, max_new_tokens=8)
+    words = "Ilsa Fairbank repaired 119 sacks of flour at the Hay Loft . ".split()
+    text = " ".join(words[i % len(words)] for i in range(1_000_000))
+    n_tokens = len(summarize.tokenizer(text)["input_ids"])
+    assert n_tokens >= 1_000_000
+    assert isinstance(summarize(text), str)
