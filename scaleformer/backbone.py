@@ -6,6 +6,9 @@ with no hub and no GPU; `pretrained` loads exactly what a GPU user would get.
 
 from __future__ import annotations
 
+import os
+import pickle
+import re
 from typing import Any
 
 from transformers import (
@@ -26,10 +29,18 @@ _LOCAL_HINT = ("Download it on a connected machine (`hf download {id} --local-di
                "backbone.pretrained=DIR (and backbone.tokenizer=DIR), or use backbone=tiny_bart / tiny_t5.")
 
 
-def _from_hub(loader: Any, ident: str, what: str, **kwargs: Any) -> Any:
+def _looks_like_path(ident: str) -> bool:
+    """Hub ids are ``name`` or ``org/name``; anything else is meant as a local folder."""
+    return ident.startswith((".", "/", "~")) or ident.count("/") > 1 or (os.sep != "/" and os.sep in ident)
+
+
+def _from_hub(loader: Any, ident: str, what: str, key: str, **kwargs: Any) -> Any:
     """Load from a local path, the hub, or (offline) the local HF cache; fail fast with a clear message."""
     if is_local(ident):
         return loader(ident, **kwargs)
+    if _looks_like_path(ident):
+        raise ConfigError(f"{key}={ident!r}: no such folder (a local {what} is a folder from save_pretrained; "
+                          "a hub id looks like org/name)")
     why = unreachable_reason()
     if why is None:
         return loader(ident, **kwargs)
@@ -45,13 +56,48 @@ def load_tokenizer(cfg: BackboneConfig) -> Any:
         from scaleformer.tokenizer import load_offline_tokenizer
 
         return load_offline_tokenizer(cfg.arch or "bart")
-    return _from_hub(AutoTokenizer.from_pretrained, name, "tokenizer")
+    return _from_hub(AutoTokenizer.from_pretrained, name, "tokenizer",
+                     "backbone.tokenizer" if cfg.tokenizer else "backbone.pretrained")
 
 
 def model_config(cfg: BackboneConfig, tokenizer: Any) -> PretrainedConfig:
-    """The model's config without its weights, so methods can be checked before the heavy load."""
+    """The model's config without its weights, so methods and limits are checked before the heavy load."""
+    conf = _read_config(cfg, tokenizer)
+    check_positions(cfg, conf)
+    return conf
+
+
+def learned_positions(conf: PretrainedConfig) -> tuple[str, int] | None:
+    """The config key and number of input positions the encoder has embeddings for; None for relative
+    positions (the T5 family), which have no hard limit.
+
+    BART-like models index a table of ``max_position_embeddings`` (LED: ``max_encoder_position_embeddings``)
+    rows, so a longer input fails with an IndexError deep inside the first forward pass.
+    """
+    if getattr(conf, "relative_attention_num_buckets", None):
+        return None
+    for key in ("max_encoder_position_embeddings", "max_position_embeddings", "n_positions"):
+        value = getattr(conf, key, None)
+        if value:
+            return key, int(value)
+    return None
+
+
+def check_positions(cfg: BackboneConfig, conf: PretrainedConfig) -> None:
+    """``backbone.max_positions`` must fit the learned position table (checked before any weights exist)."""
+    learned = learned_positions(conf)
+    if cfg.max_positions is None or learned is None or cfg.max_positions <= learned[1]:
+        return
+    key, limit = learned
+    raise ConfigError(f"backbone.max_positions={cfg.max_positions}: above the {limit} positions the "
+                      f"{getattr(conf, 'model_type', None) or 'model'} backbone {cfg.name!r} has learned "
+                      f"({key}={limit}); set backbone.max_positions <= {limit} (chunked methods such as sled "
+                      "and scaleformer read longer documents in windows of that size)")
+
+
+def _read_config(cfg: BackboneConfig, tokenizer: Any) -> PretrainedConfig:
     if cfg.pretrained is not None:
-        conf = _from_hub(AutoConfig.from_pretrained, cfg.pretrained, "model config")
+        conf = _from_hub(AutoConfig.from_pretrained, cfg.pretrained, "model config", "backbone.pretrained")
         for k, v in cfg.model_kwargs.items():
             setattr(conf, k, v)
         return conf
@@ -91,12 +137,25 @@ def backbone_spec(cfg: BackboneConfig, tokenizer: Any, conf: PretrainedConfig) -
     )
 
 
+def unpickling_reason(e: Exception) -> str:
+    """The one useful line of torch's weights-only refusal (e.g. "Unsupported global: GLOBAL io.open")."""
+    m = re.search(r"WeightsUnpickler error: (.*?)(?: was not an allowed global|\.\s|\n|$)", str(e))
+    return m.group(1).strip() if m else (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
 def build_model(cfg: BackboneConfig, conf: PretrainedConfig) -> PreTrainedModel:
     kwargs: dict[str, Any] = {}
     if cfg.attn_implementation:
         kwargs["attn_implementation"] = cfg.attn_implementation
     if cfg.pretrained is not None:
-        model = _from_hub(AutoModelForSeq2SeqLM.from_pretrained, cfg.pretrained, "model", config=conf, **kwargs)
+        # Weights are data: safetensors, or a pickled .bin read with torch.load(weights_only=True).
+        try:
+            model = _from_hub(AutoModelForSeq2SeqLM.from_pretrained, cfg.pretrained, "model", "backbone.pretrained",
+                              config=conf, weights_only=True, **kwargs)
+        except pickle.UnpicklingError as e:
+            raise ConfigError(f"backbone.pretrained={cfg.pretrained!r}: its weights file holds more than tensors "
+                              f"({unpickling_reason(e)}), so it was not loaded (unpickling it could run code); "
+                              "use a safetensors copy of the model") from None
     else:
         model = AutoModelForSeq2SeqLM.from_config(conf, **kwargs)
     if cfg.gradient_checkpointing:

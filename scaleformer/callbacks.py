@@ -105,9 +105,10 @@ class ValidationRouge(pl.Callback):
     short runs.
     """
 
-    def __init__(self, use_stemmer: bool = False, sentence_splitter: str = "auto") -> None:
+    def __init__(self, use_stemmer: bool = False, sentence_splitter: str = "auto",
+                 rouge_tokenizer: str = "scrolls") -> None:
         self.cfg = MetricsConfig(use_stemmer=use_stemmer, sentence_splitter=sentence_splitter,
-                                 bertscore=BertScoreConfig(enabled=False))
+                                 rouge_tokenizer=rouge_tokenizer, bertscore=BertScoreConfig(enabled=False))
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         from scaleformer.metrics import compute_metrics

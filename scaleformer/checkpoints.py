@@ -28,8 +28,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's torch checkpoint IO, with temp-then-rename saves and weights-only loads."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        from scaleformer.io import remove_stale_temps
+
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(path.parent)  # left by a run killed mid-save
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             super().save_checkpoint(checkpoint, tmp, storage_options)
@@ -43,8 +46,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 def load(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
     """A local checkpoint's contents, unpickled as data only (``mmap``: tensors read lazily)."""
+    import pickle
+
+    from scaleformer.backbone import unpickling_reason
+
     refuse_remote(str(path))
-    return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as e:
+        raise ConfigError(f"trainer.ckpt_path={str(path)!r}: holds more than weights ({unpickling_reason(e)}); "
+                          "it is not loaded") from None
 
 
 def refuse_remote(path: str) -> None:

@@ -134,6 +134,9 @@ class OptimConfig:
     warmup_steps: int = 0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
+    # A non-finite (NaN/inf) training loss stops the run with an error naming the step; true logs a
+    # warning instead and keeps training (the weights are then usually NaN too).
+    allow_nonfinite_loss: bool = False
 
     def __post_init__(self) -> None:
         _positive("optim.lr", self.lr)
@@ -251,11 +254,17 @@ class MetricsConfig:
     use_stemmer: bool = False
     # "auto" (nltk punkt if its data is installed, else the bundled regex splitter), "nltk" or "regex".
     sentence_splitter: str = "auto"
+    # ROUGE tokens: "scrolls" (rouge_score's: lower-cased runs of a-z0-9, all else dropped; what the
+    # papers report) or "unicode" (runs of any script's letters, marks and digits; Chinese/Japanese
+    # characters one token each). See scaleformer/metrics/rouge.py.
+    rouge_tokenizer: str = "scrolls"
     bertscore: BertScoreConfig = field(default_factory=BertScoreConfig)
 
     def __post_init__(self) -> None:
         check(self.sentence_splitter in ("auto", "nltk", "regex"), "metrics.sentence_splitter",
               self.sentence_splitter, "must be auto, nltk or regex")
+        check(self.rouge_tokenizer in ("scrolls", "unicode"), "metrics.rouge_tokenizer", self.rouge_tokenizer,
+              "must be scrolls (rouge_score's a-z0-9 tokens, as the papers) or unicode (letters of any script)")
 
 
 @dataclass

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from scaleformer import identity
+from scaleformer.io import current_umask
 
 log = logging.getLogger("scaleformer")
 FORMAT = 1
@@ -70,8 +71,7 @@ def export_model(module: Any, rc: Any, described: dict[str, Any], step: int) -> 
             "run_id": rc.paths.run_id, "step": step,
         }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        umask = os.umask(0)
-        os.umask(umask)
+        umask = current_umask()
         for p in tmp.iterdir():  # as if created in place: mkdtemp makes the folder 0700
             os.chmod(p, 0o666 & ~umask)
         os.chmod(tmp, 0o777 & ~umask)

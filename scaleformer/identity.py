@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 TRAINING_GROUPS = ("backbone", "data", "method", "optim", "trainer", "seed")
 # Keys of those groups that change neither the trained weights nor their name.
 NOT_TRAINING = {
+    "optim": ("allow_nonfinite_loss",),  # only decides whether a diverged run stops
     "data": ("num_workers", "cache_dir", "max_eval_examples", "eval_batch_size"),
     "trainer": ("max_steps", "max_epochs", "ckpt_path", "do_train", "eval_splits", "accelerator", "devices",
                 "num_nodes", "strategy", "plugins", "profiler", "enable_progress_bar", "enable_model_summary",

@@ -1,21 +1,91 @@
-"""Atomic file writing: a killed run never leaves a half-written results file."""
+"""Atomic file writing: a killed run never leaves a half-written results file.
+
+- Every write goes to a temp file ``.<name>.<random>.tmp`` in the target's folder, is fsynced, then
+  renamed over the target. The result has the permissions of a plain ``open()``: ``0666`` minus
+  the umask (``mkstemp`` alone would make it ``0600``).
+- A killed writer leaves its temp file behind. The first time a process writes into a folder, it
+  removes that folder's temp files (names ``.<name>.<token>.tmp``, the pattern of these writers and
+  of the checkpoint writer) whose modification time is older than the process itself: they cannot
+  belong to a write still in progress in this process, and a run folder has one process at a time.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import tempfile
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+log = logging.getLogger(__name__)
+
+# Temp files of the atomic writers: ".<target name>.<token>.tmp" (token: mkstemp's or a pid).
+_TEMP_NAME = re.compile(r"^\..+\.[^.]+\.tmp$")
+# When this process started writing: temp files last modified before it are left by earlier processes.
+_STARTED = time.time()
+_swept: set[Path] = set()
+_umask_lock = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux allows (``/proc/self/status``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _umask_lock:  # os.umask can only be read by setting it
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+def remove_stale_temps(folder: str | Path, *, older_than: float | None = None) -> list[Path]:
+    """Delete ``.<name>.<token>.tmp`` files in `folder` last modified before `older_than` (default:
+    this process's start); returns what was removed. Other files and sub-folders are never touched."""
+    cutoff = _STARTED if older_than is None else older_than
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not _TEMP_NAME.match(entry.name):
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except FileNotFoundError:  # removed meanwhile (its writer renamed it)
+            continue
+    if removed:
+        log.info("removed %d temp file(s) left by an interrupted write in %s: %s", len(removed), folder,
+                 ", ".join(p.name for p in removed))
+    return removed
+
+
+def _sweep_once(folder: Path) -> None:
+    key = folder.resolve()
+    if key not in _swept:
+        _swept.add(key)
+        remove_stale_temps(folder)
+
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write to a temp file in the same folder, fsync, then rename over `path`."""
+    """Write to a temp file in the same folder, fsync, then rename over `path` (mode 0666 & ~umask)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _sweep_once(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -39,14 +109,27 @@ def atomic_write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path
     return atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Read a jsonl file; a malformed line raises ValueError naming the file and line number."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{i}: malformed JSON line ({e.msg})") from None
-    return rows
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of each non-blank line of a UTF-8 jsonl file (a leading BOM is skipped).
+
+    Bad UTF-8 or bad JSON raises ValueError naming the file and the line number.
+    """
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: line is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: malformed JSON line ({e.msg}, column {e.colno})") from None
+
+
+def read_jsonl(path: str | Path) -> list[Any]:
+    """Every row of a jsonl file; a malformed line raises ValueError naming the file and line number."""
+    return [value for _, value in iter_jsonl(path)]

@@ -6,6 +6,8 @@ decoding, so every method is trained and decoded the same way.
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import Any
 
 import lightning.pytorch as pl
@@ -13,8 +15,18 @@ import torch
 from transformers import PreTrainedModel, get_linear_schedule_with_warmup
 from transformers.modeling_outputs import BaseModelOutput
 
-from scaleformer.config import GenerationConfig, OptimConfig
+from scaleformer.config import ConfigError, GenerationConfig, OptimConfig
 from scaleformer.methods.base import Encoded, Method
+
+log = logging.getLogger("scaleformer")
+
+
+class TrainingDiverged(ConfigError, RuntimeError):
+    """The training loss became NaN or infinite; the message names the step and the settings to change.
+
+    A ConfigError (train.py prints it as one line, and the run writes no results) because the cure is
+    a setting: a lower ``optim.lr``, more warm-up, fp32 instead of fp16.
+    """
 
 
 class SummarizationModule(pl.LightningModule):
@@ -59,7 +71,26 @@ class SummarizationModule(pl.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         loss = self(batch)
         self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            self._nonfinite(value, batch_idx)
         return loss
+
+    def _nonfinite(self, value: float, batch_idx: int) -> None:
+        """Stop at the first NaN/inf loss (before its backward pass), unless optim.allow_nonfinite_loss."""
+        step = self.global_step + 1  # the optimiser step this batch belongs to (checkpoints count alike)
+        o = self.optim_cfg
+        if o.allow_nonfinite_loss:
+            if not getattr(self, "_warned_nonfinite", False):
+                self._warned_nonfinite = True
+                log.warning("training loss is %s at step %d (optim.allow_nonfinite_loss=true: training on)",
+                            value, step)
+            return
+        raise TrainingDiverged(
+            f"training diverged: the loss is {value} at step {step} (batch {batch_idx} of epoch "
+            f"{self.current_epoch}) with optim.lr={o.lr:g}, optim.warmup_steps={o.warmup_steps}; lower "
+            "optim.lr or raise optim.warmup_steps (fp16: use trainer.precision=bf16-mixed or 32-true); "
+            "optim.allow_nonfinite_loss=true trains on anyway")
 
     # -------------------------------------------------------------------------------- generation
     @torch.no_grad()

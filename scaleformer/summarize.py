@@ -49,7 +49,7 @@ class Summarizer:
 
         meta = read_meta(path)
         tokenizer = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForSeq2SeqLM.from_pretrained(str(path))
+        model = AutoModelForSeq2SeqLM.from_pretrained(str(path), use_safetensors=True)  # data, never code
         mcfg = _method_config(meta, method, overrides or {})
         bcfg = BackboneConfig(name=meta["backbone"]["name"], pretrained=str(path),
                               max_positions=meta["backbone"]["max_positions"])

@@ -553,3 +553,105 @@ def test_data_configs_validate(name: str) -> None:
     if name == "booksum":
         assert cfg.max_input_tokens is None and (cfg.input_field, cfg.target_field, cfg.id_field) == (
             "book", "summary", "bid")
+
+
+# ---- hardening: ids, field types, BOM ----------------------------------------------------------------
+
+
+def val_only(tmp_path: Path, path: Path, **kw: Any) -> DataConfig:
+    return local_cfg(tmp_path, path, splits=SplitNames(train=None, validation="validation", test=None), **kw)
+
+
+@pytest.mark.parametrize("ext", ["jsonl", "csv", "json"])
+def test_same_id_different_input_is_an_error_naming_both_rows(tmp_path: Path, tok, ext: str) -> None:
+    val = [{"id": "a", "input": "doc one", "output": "r1"}, {"id": "b", "input": "doc two", "output": "r2"},
+           {"id": "a", "input": "another document", "output": "r3"}]
+    f = write(tmp_path / f"validation.{ext}", val)
+    with pytest.raises(DataError) as e:
+        SummarizationDataModule(val_only(tmp_path, f), tok).prepare_data()
+    first, second = {"jsonl": ("1", "3"), "csv": ("2", "4"), "json": (" (row 0)", " (row 2)")}[ext]
+    sep = "" if ext == "json" else ":"
+    assert str(e.value).startswith(f"{f}{sep}{first} and {f}{sep}{second}: id 'a' has two different 'input' texts")
+    assert "data.input_field" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_same_id_same_input_gives_several_references(tmp_path: Path, tok) -> None:
+    val = [{"id": "a", "input": "doc", "output": "r1"}, {"id": "a", "input": "doc", "output": ["r2", "r3"]},
+           {"id": 7, "input": "other", "output": "r4"}]
+    dm = SummarizationDataModule(val_only(tmp_path, write(tmp_path / "validation.jsonl", val)), tok)
+    dm.setup("validate")
+    v = dm.datasets["validation"]
+    assert v.ids == ["a", "7"] and v.references == [["r1", "r2", "r3"], ["r4"]]
+
+
+def test_same_id_different_prefix_is_an_error(tmp_path: Path, tok) -> None:
+    val = [{"id": "a", "q": "who?", "input": "doc", "output": "r1"},
+           {"id": "a", "q": "when?", "input": "doc", "output": "r2"}]
+    f = write(tmp_path / "validation.jsonl", val)
+    with pytest.raises(DataError, match=r"validation\.jsonl:1 and .*validation\.jsonl:2: id 'a' has two different "
+                                        r"'q' texts \(data\.prefix_field\)"):
+        SummarizationDataModule(val_only(tmp_path, f, prefix_field="q"), tok).prepare_data()
+
+
+def test_hub_rows_conflict_names_row_indices(tmp_path: Path) -> None:
+    from scaleformer.data.examples import RawSplit
+
+    raw = RawSplit("hub dataset 'x' split 'validation'", "validation",
+                   iter([("row 0", {"id": "a", "input": "d1", "output": "r"}),
+                         ("row 5", {"id": "a", "input": "d2", "output": "r"})]))
+    with pytest.raises(DataError, match=r"^hub dataset 'x' split 'validation' \(row 0\) and hub dataset 'x' split "
+                                        r"'validation' \(row 5\): id 'a'"):
+        to_rows(raw, DataConfig(name="x", source="hub", hub_id="x"))
+
+
+@pytest.mark.parametrize(("row", "field", "got"), [
+    ({"id": "a", "input": {"text": "doc"}, "output": "s"}, "'input' (data.input_field)", "a dict"),
+    ({"id": "a", "input": ["p1", "p2"], "output": "s"}, "'input' (data.input_field)", "a list"),
+    ({"id": "a", "input": "doc", "output": 3}, "'output' (data.target_field)", "an int"),
+    ({"id": "a", "input": "doc", "output": ["ok", {"t": 1}]}, r"'output\[1\]' (data.target_field)", "a dict"),
+    ({"id": 1.5, "input": "doc", "output": "s"}, "'id' (data.id_field)", "a float"),
+    ({"id": None, "input": "doc", "output": "s"}, "'id' (data.id_field)", "null"),
+    ({"id": True, "input": "doc", "output": "s"}, "'id' (data.id_field)", "a bool"),
+])
+def test_non_string_fields_name_file_line_and_field(tmp_path: Path, tok, row, field, got) -> None:
+    good = {"id": "z", "input": "fine", "output": "fine"}
+    f = write(tmp_path / "validation.jsonl", [good, row])
+    with pytest.raises(DataError) as e:
+        SummarizationDataModule(val_only(tmp_path, f), tok).prepare_data()
+    msg = str(e.value)
+    assert msg.startswith(f"{f}:2: field {field.replace(chr(92), '')} must be "), msg
+    assert msg.endswith(f"got {got}") and "\n" not in msg
+
+
+def test_empty_id_in_csv_is_an_error(tmp_path: Path, tok) -> None:
+    f = tmp_path / "validation.csv"
+    f.write_text("id,input,output\na,doc,s\n,doc two,s\n")
+    with pytest.raises(DataError, match=r"validation\.csv:3: field 'id' \(data\.id_field\) must be a non-empty "
+                                        r"string or an integer .*data\.id_field=null.*got an empty string"):
+        SummarizationDataModule(val_only(tmp_path, f), tok).prepare_data()
+
+
+def test_empty_reference_list_keeps_the_document(tmp_path: Path, tok) -> None:
+    test = [{"id": "t1", "input": "doc one", "output": []}, {"id": "t2", "input": "doc two", "output": []}]
+    cfg = local_cfg(tmp_path, write(tmp_path / "test.jsonl", test), splits=SplitNames(None, None, "test"))
+    dm = SummarizationDataModule(cfg, tok)
+    dm.setup("test")
+    s = dm.summary()["test"]
+    assert s["hidden_references"] and s["n_examples"] == 2
+
+
+@pytest.mark.parametrize("ext", ["jsonl", "json", "csv", "lines.json"])
+def test_a_bom_is_accepted_alike_by_every_reader(tmp_path: Path, ext: str) -> None:
+    data = rows(3, "va")
+    plain = write(tmp_path / "plain" / f"validation.{ext.split('.')[-1]}", data)
+    if ext == "lines.json":
+        plain.write_text("".join(json.dumps(r) + "\n" for r in data), encoding="utf-8")
+    bom = tmp_path / "bom" / plain.name
+    bom.parent.mkdir()
+    bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    got = {}
+    for name, f in (("plain", plain), ("bom", bom)):
+        cfg = val_only(tmp_path, f)
+        LocalSource(cfg).check()
+        got[name] = [(r.id, r.input, r.target) for r in to_rows(LocalSource(cfg).rows("validation"), cfg)]
+    assert got["bom"] == got["plain"] and [i for i, _, _ in got["bom"]] == ["va0", "va1", "va2"]

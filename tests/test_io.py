@@ -61,3 +61,48 @@ def test_read_jsonl_names_file_and_line(tmp_path):
     p.write_text('{"a": 1}\n\n{"a": \n')
     with pytest.raises(ValueError, match=r"x\.jsonl:3: malformed JSON"):
         io.read_jsonl(p)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_results_files_honour_the_umask(tmp_path, umask):
+    """As a plain open() would: 0666 minus the umask (mkstemp alone gives 0600)."""
+    old = os.umask(umask)
+    try:
+        assert io.current_umask() == umask
+        p = io.atomic_write_text(tmp_path / f"m{umask:o}.json", "{}")
+    finally:
+        os.umask(old)
+    assert p.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_stale_temp_files_are_removed_when_the_folder_is_next_written(tmp_path, monkeypatch):
+    d = tmp_path / "eval"
+    d.mkdir()
+    killed = [d / ".metrics.json.k2j4x9.tmp", d / ".step=400.ckpt.12345.tmp"]  # left by a killed writer
+    young = d / ".predictions_test.jsonl.abc123.tmp"  # a write that started after this process
+    keep = [d / "notes.tmp", d / ".hidden", d / "predictions.jsonl"]
+    for p in [*killed, young, *keep]:
+        p.write_text("x")
+    for p in killed:
+        os.utime(p, (io._STARTED - 60, io._STARTED - 60))
+    monkeypatch.setattr(io, "_swept", set())
+    io.atomic_write_json(d / "metrics.json", {"a": 1})
+    assert sorted(p.name for p in d.iterdir()) == sorted(["metrics.json", young.name, *(p.name for p in keep)])
+    # Only the first write into a folder sweeps it: later writes do not list the folder again.
+    for p in killed:
+        p.write_text("x")
+        os.utime(p, (io._STARTED - 60, io._STARTED - 60))
+    io.atomic_write_json(d / "metrics.json", {"a": 2})
+    assert all(p.exists() for p in killed)
+    assert sorted(io.remove_stale_temps(d)) == sorted(killed)  # what the checkpoint writer can call
+    assert young.exists() and all(p.exists() for p in keep)
+
+
+def test_read_jsonl_skips_a_bom_and_names_the_line_of_bad_utf8(tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_bytes(b'\xef\xbb\xbf{"a": 1}\n\n{"a": 2}\n')
+    assert io.read_jsonl(p) == [{"a": 1}, {"a": 2}]
+    assert [n for n, _ in io.iter_jsonl(p)] == [1, 3]
+    p.write_bytes(b'{"a": 1}\n{"a": "caf\xe9"}\n')
+    with pytest.raises(ValueError, match=r"p\.jsonl:2: line is not valid UTF-8"):
+        io.read_jsonl(p)

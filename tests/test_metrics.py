@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -400,3 +401,149 @@ def test_score_script_rejects_conflicting_predictions(tmp_path):
     f.write_text('{"id": 1, "prediction": "x", "reference": "y"}\n{"id": 1, "prediction": "z", "reference": "y"}\n')
     with pytest.raises(ValueError, match="different prediction"):
         score.load_predictions(f)
+
+
+# --------------------------------------------------------------------------------- ROUGE tokenizers
+
+NON_LATIN = {
+    "arabic": "قررت اللجنة الموافقة على الميزانية يوم الاثنين. وصوت الأعضاء بالإجماع.",
+    "hebrew": "הוועדה אישרה את התקציב ביום שני. החברים הצביעו פה אחד.",
+    "japanese": "委員会は月曜日に予算を承認した。委員は全会一致で賛成した。",
+}
+
+
+@pytest.mark.parametrize("script", sorted(NON_LATIN))
+def test_non_latin_prediction_equal_to_reference(script, caplog):
+    text = NON_LATIN[script]
+    with caplog.at_level(logging.WARNING, logger="scaleformer.metrics"):
+        scrolls = M.compute_metrics([text, text], [[text], [text]], _cfg())
+    assert scrolls["rouge1"] == 0.0 and scrolls["rougeLsum"] == 0.0  # rouge_score keeps a-z0-9 only
+    assert scrolls["rouge_tokenizer"] == "scrolls"
+    warnings = [r.getMessage() for r in caplog.records if "not meaningful" in r.getMessage()]
+    assert len(warnings) == 1, "once per run, not per document or split"
+    assert "0% of the predictions' and 0% of the references'" in warnings[0]
+    assert "metrics.rouge_tokenizer=unicode" in warnings[0] and scrolls["rouge_warning"] == warnings[0]
+    unicode = M.compute_metrics([text], [[text]], MetricsConfig(sentence_splitter="regex", rouge_tokenizer="unicode",
+                                                                bertscore=BertScoreConfig(enabled=False)))
+    for t in TYPES:
+        assert unicode[t] == pytest.approx(100.0), t
+    assert unicode["rouge_tokenizer"] == "unicode" and "rouge_warning" not in unicode
+
+
+def test_warning_once_per_run_and_again_in_the_next_run(caplog):
+    text = NON_LATIN["hebrew"]
+    with caplog.at_level(logging.WARNING, logger="scaleformer.metrics"):
+        M.compute_metrics([text], [[text]], _cfg())  # validation
+        M.compute_metrics([text], [[text]], _cfg())  # test, same run
+        M.reset_notices()                            # the next run of a multirun
+        M.compute_metrics([text], [[text]], _cfg())
+    assert sum("not meaningful" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_latin_text_gets_no_warning_and_unicode_equals_scrolls_on_ascii(caplog):
+    preds = ["The committee approved the budget on Monday, 3 May.", "Costs rose 3.5% (don't panic)."]
+    refs = [["A committee approved a budget on Monday."], ["Costs rose sharply; don't panic!"]]
+    with caplog.at_level(logging.WARNING, logger="scaleformer.metrics"):
+        scrolls = M.compute_metrics(preds, refs, _cfg())
+        accented = M.compute_metrics(["Le comité a approuvé le budget."], [["Le comité a voté le budget."]], _cfg())
+    assert "not meaningful" not in caplog.text and "rouge_warning" not in accented
+    for stem in (False, True):
+        a = M.compute_rouge(preds, refs, sentence_splitter="regex", use_stemmer=stem)
+        b = M.compute_rouge(preds, refs, sentence_splitter="regex", use_stemmer=stem, tokenizer="unicode")
+        for t in TYPES:
+            assert a[t] == pytest.approx(b[t]), (stem, t)
+    assert scrolls["rouge1"] == pytest.approx(M.compute_rouge(preds, refs, sentence_splitter="regex")["rouge1"])
+
+
+def test_unicode_tokens():
+    from scaleformer.metrics.rouge import unicode_tokens
+
+    assert unicode_tokens("Hello, WORLD! café 3.5") == ["hello", "world", "café", "3", "5"]
+    assert unicode_tokens("委員会は月曜日") == list("委員会は月曜日")  # one token per Han/kana character
+    assert unicode_tokens("שלום, עולם") == ["שלום", "עולם"]
+    assert unicode_tokens("हिन्दी भाषा") == ["हिन्दी", "भाषा"]  # combining vowel signs stay in the word
+    assert unicode_tokens("ＡＢＣ ﬁle") == ["abc", "file"]  # NFKC: full-width letters, ligatures
+
+
+def test_partial_japanese_overlap_scores_between_0_and_100():
+    pred, ref = "委員会は予算を承認した。", "委員会は月曜日に予算を承認した。"
+    got = M.compute_rouge([pred], [[ref]], sentence_splitter="regex", tokenizer="unicode")
+    assert 0.0 < got["rouge2"] < got["rouge1"] < 100.0
+
+
+def test_rouge_tokenizer_setting_is_validated_and_recorded(tmp_path):
+    from scaleformer.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"metrics\.rouge_tokenizer='words': must be scrolls .* or unicode"):
+        MetricsConfig(rouge_tokenizer="words")
+    pred_file = tmp_path / "p.jsonl"
+    text = NON_LATIN["arabic"]
+    pred_file.write_text(json.dumps({"id": "a", "prediction": text, "reference": text}, ensure_ascii=False) + "\n")
+    got = _score_main([str(pred_file), "--no-bertscore", "--sentence-splitter", "regex", "--rouge-tokenizer",
+                       "unicode", "--out", str(tmp_path / "m.json")])
+    saved = json.loads((tmp_path / "m.json").read_text())
+    assert got["rouge1"] == saved["rouge1"] == pytest.approx(100.0)
+    assert saved["rouge_tokenizer"] == "unicode" and saved["score_settings"]["metrics"]["rouge_tokenizer"] == "unicode"
+
+
+# ------------------------------------------------------------------------------- score.py bad input
+
+def _score_main(argv):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import score
+    finally:
+        sys.path.pop(0)
+    return score.main(argv)
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"", r"p\.jsonl: no prediction rows \(the file is empty or blank\)"),
+    (b"\n  \n", r"p\.jsonl: no prediction rows"),
+    (b'{"id": "a", "prediction": "x", "reference": "y"}\n{"id": "b", "prediction": "caf\xe9", "reference": "y"}\n',
+     r"p\.jsonl:2: line is not valid UTF-8 \(invalid continuation byte at byte 30\)"),
+    (b'{"id": "a", "prediction": "x", "reference": "y"}\n\n{"id": "b", "prediction": \n',
+     r"p\.jsonl:3: malformed JSON line"),
+    (b'{"id": "a", "reference": "y"}\n', r"p\.jsonl:1: row has no 'prediction' \(it has \['id', 'reference'\]\)"),
+    (b'{"id": "a", "prediction": "x"}\n', r"p\.jsonl:1: row has no 'reference' .*use \[\] for a document whose"),
+    (b'{"id": "a", "prediction": 3, "reference": "y"}\n', r"p\.jsonl:1: 'prediction' must be a string, got an int"),
+    (b'{"id": "a", "prediction": "x", "reference": {"t": "y"}}\n',
+     r"p\.jsonl:1: 'reference' must be a string or a list of strings, got a dict"),
+    (b'{"id": "a", "prediction": "x", "references": ["y", 2]}\n',
+     r"p\.jsonl:1: 'references' must be a string or a list of strings, got a list containing int"),
+    (b'["a", "x", "y"]\n', r"p\.jsonl:1: expected a JSON object with id, prediction, reference; got a list"),
+    (b'{"id": {"k": 1}, "prediction": "x", "reference": "y"}\n', r"p\.jsonl:1: 'id' must be a string or an integer"),
+    (b'{"id": "a", "prediction": "x", "reference": "y"}\n{"id": "a", "prediction": "z", "reference": "y"}\n',
+     r"p\.jsonl:2: id 'a' appears again \(first at line 1\) with a different prediction"),
+])
+def test_score_script_bad_files_exit_with_one_line(tmp_path, content, message):
+    f = tmp_path / "p.jsonl"
+    f.write_bytes(content)
+    with pytest.raises(SystemExit) as e:
+        _score_main([str(f), "--no-bertscore"])
+    msg = str(e.value.code)
+    assert re.match(r"error: " + re.escape(str(tmp_path)) + "/" + message, msg), msg
+    assert "\n" not in msg
+
+
+def test_score_script_bad_file_from_the_command_line(tmp_path):
+    """As a user runs it: non-zero exit status, one line on stderr, no traceback."""
+    f = tmp_path / "p.jsonl"
+    f.write_bytes(b"")
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "score.py"), str(f), "--no-bertscore"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip() == f"error: {f}: no prediction rows (the file is empty or blank); expected one JSON " \
+                                  "object per line with id, prediction, reference"
+
+
+def test_score_script_missing_file_folder_and_unwritable_out(tmp_path):
+    for arg, message in ((str(tmp_path / "none.jsonl"), "no such file"), (str(tmp_path), "is a folder, not a file")):
+        with pytest.raises(SystemExit, match=f"predictions file .*: {message}"):
+            _score_main([arg, "--no-bertscore"])
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"id": "a", "prediction": "x y", "reference": "x y"}\n')
+    (tmp_path / "blocker").write_text("a file, not a folder")
+    with pytest.raises(SystemExit, match=r"^error: --out .*blocker/m\.json: cannot write"):
+        _score_main([str(f), "--no-bertscore", "--sentence-splitter", "regex", "--out",
+                     str(tmp_path / "blocker" / "m.json")])

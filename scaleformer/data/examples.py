@@ -8,6 +8,13 @@ Empty texts: a row whose input, or (train) target, is empty or whitespace is ski
 In an evaluation split where *no* row has a reference (SCROLLS test: references are hidden), every
 example is kept with ``references == []`` and empty labels; where some rows have references, rows
 without one are skipped and counted.
+
+Field types (anything else is a DataError naming the file and line, or hub row, and the field):
+input and prefix are strings (null = empty); the target is a string, null (no reference), or a list
+of strings (several references of the one input: one row per reference, ``[]`` = none); the id is a
+non-empty string or an integer. Rows sharing an id (the SCROLLS way to give several references)
+must have the same input and prefix: a different one is an error naming the id and both rows,
+never a silent merge.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaleformer.config import DataConfig
-from scaleformer.data.errors import check_fields
+from scaleformer.data.errors import DataError, check_fields
 
 
 @dataclass
@@ -35,6 +42,7 @@ class Row:
     input: str
     target: str
     prefix: str | None
+    loc: str = ""  # where the row came from, for messages: "<file>:<line>" or "<source> (row <n>)"
 
 
 @dataclass
@@ -46,22 +54,85 @@ class Example:
     references: list[str]
 
 
-def _text(value: Any) -> str:
+def locate(where: str, pos: str) -> str:
+    """``file:3`` for a line of a local file, else ``<where> (row 3)``."""
+    return f"{where}:{pos[5:]}" if pos.startswith("line ") else f"{where} ({pos})"
+
+
+def _bad_type(loc: str, field: str, key: str, value: Any, expected: str) -> DataError:
+    name = type(value).__name__
+    kind = ("null" if value is None else "an empty string" if isinstance(value, str) and not value
+            else f"{'an' if name[0] in 'aeiou' else 'a'} {name}")
+    return DataError(f"{loc}: field {field!r} (data.{key}) must be {expected}, got {kind}")
+
+
+def _string(obj: dict[str, Any], field: str, key: str, loc: str) -> str:
+    """A text field: a string, or null for an empty text (counted as skipped)."""
+    value = obj[field]
     if value is None:
         return ""
-    return value if isinstance(value, str) else str(value)
+    if not isinstance(value, str):
+        raise _bad_type(loc, field, key, value, "a string (or null)")
+    return value
+
+
+def _targets(obj: dict[str, Any], field: str, loc: str) -> list[str]:
+    """References: a string, null (none), or a list of strings (several references of one input)."""
+    value = obj[field]
+    if value is None:
+        return [""]
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        raise _bad_type(loc, field, "target_field", value, "a string, null or a list of strings (several references)")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise _bad_type(loc, f"{field}[{i}]", "target_field", item, "a string (one reference)")
+    return value or [""]
+
+
+def _row_id(obj: dict[str, Any], field: str, loc: str) -> str:
+    """An id: a non-empty string or an integer (hub sets such as BookSum number their documents)."""
+    value = obj[field]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str) and value.strip():
+        return value
+    raise _bad_type(loc, field, "id_field", "" if isinstance(value, str) else value,
+                    "a non-empty string or an integer (or set data.id_field=null to number the rows)")
+
+
+def _conflict(first: Row, row: Row, field: str, key: str) -> DataError:
+    return DataError(
+        f"{first.loc} and {row.loc}: id {row.id!r} has two different {field!r} texts (data.{key}); rows "
+        "sharing an id must share the document (each such row adds a reference to it): give the "
+        "documents distinct ids")
 
 
 def to_rows(raw: RawSplit, cfg: DataConfig) -> list[Row]:
-    """Check each row's fields and flatten list-valued targets (several references for one input)."""
-    rows = []
+    """Check each row's fields and flatten list-valued targets (several references for one input).
+
+    Every field must be a string (null = empty); the target may also be a list of strings, one row
+    per reference; the id a non-empty string or an integer. Rows sharing an id must have the same
+    input (and prefix): else a DataError names the id and both rows.
+    """
+    rows: list[Row] = []
+    first: dict[str, Row] = {}
     for n, (pos, obj) in enumerate(raw.records):
-        check_fields(f"{raw.where} ({pos})", list(obj), cfg)
-        row_id = _text(obj[cfg.id_field]) if cfg.id_field else f"{raw.id_stem}-{n}"
-        prefix = _text(obj[cfg.prefix_field]) if cfg.prefix_field else None
-        targets = obj[cfg.target_field]
-        for t in targets if isinstance(targets, list) else [targets]:
-            rows.append(Row(row_id, _text(obj[cfg.input_field]), _text(t), prefix))
+        loc = locate(raw.where, pos)
+        check_fields(loc, list(obj), cfg)
+        row_id = _row_id(obj, cfg.id_field, loc) if cfg.id_field else f"{raw.id_stem}-{n}"
+        text = _string(obj, cfg.input_field, "input_field", loc)
+        prefix = _string(obj, cfg.prefix_field, "prefix_field", loc) if cfg.prefix_field else None
+        targets = _targets(obj, cfg.target_field, loc)
+        row = Row(row_id, text, targets[0], prefix, loc)
+        seen = first.setdefault(row_id, row)
+        if seen is not row:
+            if seen.input != text:
+                raise _conflict(seen, row, cfg.input_field, "input_field")
+            if seen.prefix != prefix:
+                raise _conflict(seen, row, str(cfg.prefix_field), "prefix_field")
+        rows.extend(Row(row_id, text, t, prefix, loc) for t in targets)
     return rows
 
 

@@ -9,6 +9,7 @@ which is what `datasets` would call.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -26,9 +27,11 @@ Records = Iterator[tuple[str, dict[str, Any]]]
 
 
 def _jsonl(path: Path) -> Records:
-    """Bad UTF-8, bad JSON or a non-object raise with file:line; blank lines are skipped."""
+    """Bad UTF-8, bad JSON or a non-object raise with file:line; blank lines and a leading BOM are skipped."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):  # as the json and csv readers (utf-8-sig)
+                raw = raw[len(codecs.BOM_UTF8):]
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:

@@ -6,6 +6,7 @@ What lives where:
   drops hidden-reference documents, then ROUGE and, when enabled, BERTScore, as one flat dict.
 - ``rouge``: SCROLLS-style ROUGE (``rouge_score`` F1 x 100, best reference per metric, geometric mean).
 - ``sentences``: the sentence splitter ROUGE-Lsum needs (nltk punkt, or a regex fallback offline).
+- ``notices``: once-per-run warnings (the BERTScore fallback, ROUGE on scripts outside a-z0-9).
 - ``bertscore``: which model BERTScore uses (local folder, HF cache, hub, or the bundled offline
   MiniLM; the hub and cache questions go to ``scaleformer.hub``), the scorer, the scores and the
   bert-score hash recorded with them.
@@ -22,10 +23,10 @@ from scaleformer.metrics.bertscore import (
     compute_bertscore,
     get_bertscorer,
     offline_model,
-    reset_notices,
     resolve_bertscore_model,
 )
 from scaleformer.metrics.compute import compute_metrics, normalize_references
+from scaleformer.metrics.notices import reset_notices
 from scaleformer.metrics.rouge import ROUGE_TYPES, compute_rouge, scrolls_geomean
 from scaleformer.metrics.sentences import get_splitter, split_sentences_regex
 

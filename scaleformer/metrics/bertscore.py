@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from scaleformer import hub
 from scaleformer.config import BertScoreConfig
+from scaleformer.metrics.notices import notice_once
 
 log = logging.getLogger(__name__)
 
@@ -43,24 +44,6 @@ class BertScoreHubError(BertScoreModelError, hub.HubUnreachableError):
     """The model is neither local nor cached and the hub is out of reach (train.py prints one line)."""
 
 
-# ---------------------------------------------------------------------------------------- notices
-
-# Notices shown in this run: the "auto" fallback is announced once, not once per split or call.
-_SHOWN: set[str] = set()
-
-
-def _notice_once(key: str, msg: str, *args: Any) -> None:
-    if key in _SHOWN:
-        log.debug(msg, *args)
-    else:
-        _SHOWN.add(key)
-        log.warning(msg, *args)
-
-
-def reset_notices() -> None:
-    """Let once-per-run notices show again: for callers that run several runs in one process
-    (Hydra's basic multirun launcher does)."""
-    _SHOWN.clear()
 
 
 # -------------------------------------------------------------------------------------- the model
@@ -144,7 +127,7 @@ def resolve_bertscore_model(cfg: BertScoreConfig) -> BertScoreModel:
         try:
             return _resolve_named(PAPER_BERTSCORE_MODEL, cfg.num_layers or PAPER_BERTSCORE_LAYERS)
         except BertScoreModelError as e:
-            _notice_once("auto-fallback", "BERTScore: %s unavailable, using the offline stand-in %s "
+            notice_once("auto-fallback", "BERTScore: %s unavailable, using the offline stand-in %s "
                          "(scores are not comparable to the paper's): %s",
                          PAPER_BERTSCORE_MODEL, OFFLINE_MODEL_NAME, e)
             return offline_model()
@@ -260,7 +243,7 @@ def compute_bertscore(
     except BertScoreModelError as e:
         if cfg.model_type != "auto" or model.source == "offline":
             raise
-        _notice_once("auto-fallback", "BERTScore: %s failed to load, using the offline stand-in %s "
+        notice_once("auto-fallback", "BERTScore: %s failed to load, using the offline stand-in %s "
                      "(scores are not comparable to the paper's): %s", model.name, OFFLINE_MODEL_NAME, e)
         model = offline_model()
         scorer = get_bertscorer(model, cfg, device)

@@ -57,6 +57,7 @@ def compute_metrics(
         "n_empty_predictions": sum(1 for i in keep if not preds[i].strip()),
         "use_stemmer": cfg.use_stemmer,
         "sentence_splitter": get_splitter(cfg.sentence_splitter)[0],
+        "rouge_tokenizer": cfg.rouge_tokenizer,
         "bertscore_enabled": bs.enabled,
         "bertscore_model_requested": bs.model_type if bs.enabled else None,
         "bertscore_idf": bs.idf,
@@ -71,7 +72,8 @@ def compute_metrics(
                     len(preds) - len(keep), len(preds))
     kp, kr = [preds[i] for i in keep], [refs[i] for i in keep]
     out.update(compute_rouge(kp, kr, use_stemmer=cfg.use_stemmer,
-                             sentence_splitter=cfg.sentence_splitter, num_workers=num_workers))
+                             sentence_splitter=cfg.sentence_splitter, num_workers=num_workers,
+                             tokenizer=cfg.rouge_tokenizer))
     if bs.enabled:
         out.update(compute_bertscore(kp, kr, bs, device=device))
     return out
