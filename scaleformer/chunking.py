@@ -1,10 +1,24 @@
-"""Overlapping segmentation and micro-batched chunk encoding, shared by SLED and ScaleFormer.
+"""Overlapping segmentation and micro-batched chunk encoding, shared by SLED, ScaleFormer and the retrieval methods.
 
 Segmentation (paper section 3.1): chunks of ``chunk_size`` content tokens with stride
 ``chunk_size - overlap``. The last chunk of a document longer than one chunk is shifted back to end
-exactly at the document end (as SLED does), so every chunk of a long document is full and the last
-overlap is >= ``overlap``; a document of at most ``chunk_size`` tokens is one (short) chunk. Count:
-``max(1, ceil((N - O) / (L - O)))``.
+exactly at the document end, so every chunk of a long document is full and the last overlap is
+>= ``overlap``; a document of at most ``chunk_size`` tokens is one (short) chunk. Count:
+``max(1, ceil((N - O) / (L - O)))``. These are SLED's windows (``SledPretrainedModel._window_indices``
+in Mivg/SLED ``sled/modeling_sled.py``: stride ``L - 2 * margin``, last window ``[N - L, N)``).
+
+Kept spans (:func:`keep_spans`, for methods that pass every token on once), two rules:
+
+* ``sled`` (SLED's ``_window_indices``): the first chunk keeps ``[0, end - O/2)``, a middle chunk its
+  centre ``[start + O/2, end - O/2)``, the last chunk everything from the previous chunk's kept end
+  to the document end. For an odd overlap the left margin is ``floor(O/2)`` (ours: SLED's overlap
+  is always even, ``2 * int(L * (1 - window_fraction) / 2)``).
+* ``centre``: consecutive chunks split their overlap at its midpoint (same as ``sled`` except for the
+  last, larger overlap).
+
+Query prefix (SLED's ``_handle_prefix``, ``_concat_input_prefix_if_needed``): every chunk row is
+``[prefix][chunk_size tokens]``, so the prefix sits on top of the window, not inside it, and
+``prefix + chunk_size`` must fit the backbone's max positions.
 
 Everything is planned on the CPU from the per-document lengths (one small host copy per batch: the
 shapes depend on it), then token ids for all chunks of all documents are gathered on the device into
@@ -24,16 +38,9 @@ import torch
 from scaleformer.config import ConfigError
 
 
-def _check_sizes(chunk_size: int, overlap: int) -> None:
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size={chunk_size}: must be >= 1")
-    if not 0 <= overlap < chunk_size:
-        raise ValueError(f"overlap={overlap}: must be in [0, chunk_size={chunk_size})")
-
-
-def num_chunks(n_tokens: torch.Tensor, chunk_size: torch.Tensor | int, overlap: int) -> torch.Tensor:
-    """Chunks per document, ``max(1, ceil((N - O) / (L - O)))``; ``chunk_size`` may be per document."""
-    stride = chunk_size - overlap  # [batch] or int
+def num_chunks(n_tokens: torch.Tensor, chunk_size: int, overlap: int) -> torch.Tensor:
+    """Chunks per document ``[batch]``, ``max(1, ceil((N - O) / (L - O)))``."""
+    stride = chunk_size - overlap
     over = (n_tokens - overlap).clamp(min=1)  # [batch]
     return torch.div(over + stride - 1, stride, rounding_mode="floor").clamp(min=1)
 
@@ -62,34 +69,40 @@ class ChunkTable:
         return self.index == self.counts[self.doc] - 1
 
 
-def plan_chunks(n_tokens: torch.Tensor, chunk_size: torch.Tensor | int, overlap: int) -> ChunkTable:
-    """Vectorised chunk plan for a batch of content lengths (CPU int64 tensors in, CPU tables out).
-
-    ``chunk_size`` is an int or a per-document tensor (a query prefix shrinks the room for content).
-    """
+def plan_chunks(n_tokens: torch.Tensor, chunk_size: int, overlap: int) -> ChunkTable:
+    """Vectorised chunk plan for a batch of content lengths (CPU int64 tensors in, CPU tables out)."""
     n_tokens = torch.as_tensor(n_tokens, dtype=torch.long)  # [batch]
-    size = torch.as_tensor(chunk_size, dtype=torch.long).expand_as(n_tokens)  # [batch]
-    counts = num_chunks(n_tokens, size, overlap)  # [batch]
+    counts = num_chunks(n_tokens, chunk_size, overlap)  # [batch]
     first = counts.cumsum(0) - counts  # [batch]
     doc = torch.repeat_interleave(torch.arange(n_tokens.shape[0]), counts)  # [R]
     index = torch.arange(doc.shape[0]) - first[doc]  # [R]
-    n, size_r = n_tokens[doc], size[doc]  # [R]
-    start = index * (size_r - overlap)  # [R]
+    n = n_tokens[doc]  # [R]
+    start = index * (chunk_size - overlap)  # [R]
     last_of_many = (index == counts[doc] - 1) & (counts[doc] > 1)
-    start = torch.where(last_of_many, n - size_r, start)  # SLED rule: the last chunk ends at the end
-    length = torch.minimum(size_r, n - start)  # [R]
+    start = torch.where(last_of_many, n - chunk_size, start)  # SLED: the last window is [N - L, N)
+    length = (n - start).clamp(max=chunk_size)  # [R]
     return ChunkTable(doc=doc, index=index, start=start, length=length, counts=counts, first=first)
 
 
-def chunk_spans(n_tokens: int, chunk_size: int, overlap: int) -> list[tuple[int, int]]:
-    """Half-open ``(start, end)`` content spans of one document, in order ([] for an empty one)."""
-    _check_sizes(chunk_size, overlap)
-    if n_tokens < 0:
-        raise ValueError(f"n_tokens={n_tokens}: must be >= 0")
-    if n_tokens == 0:
-        return []
-    t = plan_chunks(torch.tensor([n_tokens]), chunk_size, overlap)
-    return [(s, s + n) for s, n in zip(t.start.tolist(), t.length.tolist())]
+KEEP_RULES = ("sled", "centre")
+
+
+def keep_spans(t: ChunkTable, overlap: int, rule: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Content span ``[lo, hi)`` (document content coordinates, ``[R]`` each) each chunk passes on.
+
+    Every content token is kept by exactly one chunk. Each chunk's kept span starts where the
+    previous one's ended; the rules differ in where a chunk's span ends (see the module docstring).
+    """
+    end = t.start + t.length  # [R]
+    if rule == "sled":  # _window_indices: update_end = context_end - margin, the last window to N
+        cut = end - (overlap - overlap // 2)  # [R]
+    elif rule == "centre":
+        cut = torch.div(t.start.roll(-1) + end, 2, rounding_mode="floor")  # midpoint of the next overlap
+    else:
+        raise ValueError(f"keep rule {rule!r}: must be one of {', '.join(KEEP_RULES)}")
+    hi = torch.where(t.is_last, end, cut)  # [R]
+    lo = torch.where(t.is_first, t.start, hi.roll(1))  # [R] the previous chunk's kept end
+    return lo, hi
 
 
 @dataclass(frozen=True)
@@ -136,22 +149,28 @@ def layout_chunks(
     n_head: int,
     n_tail: int,
     chunk_special_tokens: bool,
+    max_positions: int | None = None,
 ) -> ChunkLayout:
     """Plan the chunk rows of a batch (CPU tensors); ``n_head``/``n_tail``: the backbone's specials.
 
-    Raises ConfigError when a query prefix leaves no room for content beyond the overlap.
+    A query prefix sits before the ``chunk_size`` tokens of every row (SLED); a prefix longer than
+    ``max_positions - chunk_size`` is a ConfigError naming its length and that limit.
     """
     doc_len = doc_len.long().cpu()  # [batch]
     batch = doc_len.shape[0]
     plen = torch.zeros(batch, dtype=torch.long) if prefix_len is None else prefix_len.long().cpu()
     n_spec = n_head + n_tail if chunk_special_tokens else 0
-    room = chunk_size - plen - n_spec  # [batch] content tokens per chunk
-    if bool((room <= overlap).any()):
-        b = int(torch.argmin(room))
+    room = chunk_size - n_spec  # content tokens per chunk
+    if room <= overlap:
+        raise ConfigError(f"method.overlap={overlap}: must be < the {room} content tokens of a chunk "
+                          f"(method.chunk_size={chunk_size} less {n_spec} special tokens)")
+    p_max = int(plen.max()) if batch else 0
+    if max_positions is not None and p_max + chunk_size > max_positions:
         raise ConfigError(
-            f"a prefix of {int(plen[b])} tokens leaves {int(room[b])} content tokens per chunk "
-            f"(method.chunk_size={chunk_size}, {n_spec} special tokens per chunk): must be > "
-            f"method.overlap={overlap}; shorten the prefix or raise method.chunk_size")
+            f"a query prefix of {p_max} tokens does not fit beside method.chunk_size={chunk_size}: "
+            f"prefix + chunk_size must be <= the backbone's max positions ({max_positions}), i.e. "
+            f"prefixes of at most {max(max_positions - chunk_size, 0)} tokens; shorten the prefix or "
+            "lower method.chunk_size")
     if chunk_special_tokens:
         content = (doc_len - n_head - n_tail).clamp(min=0)
         offset = n_head
@@ -171,6 +190,24 @@ def layout_chunks(
     layout = ChunkLayout(table=t, doc_len=doc_len, doc_prefix=plen, prefix_len=plen[t.doc], head=head,
                          tail=tail, special_lo=lo, special_hi=hi, content_offset=offset, width=0)
     return replace(layout, width=int(layout.row_len.max()) if rows else 0)
+
+
+def prefix_rows(
+    prefix_ids: torch.Tensor,  # [batch, P] real tokens first
+    doc_prefix: torch.Tensor,  # [batch] CPU prefix lengths
+    *,
+    pad_id: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One row per document with a prefix, holding the prefix alone (SLED ``encode_prefix``).
+
+    Returns the documents ``[B']`` (CPU), ids ``[B', P']`` and mask ``[B', P']`` on prefix_ids' device.
+    """
+    docs = (doc_prefix > 0).nonzero().squeeze(1)  # [B'] CPU
+    width = int(doc_prefix.max()) if docs.numel() else 0
+    j = torch.arange(width)[None, :]  # [1, P']
+    mask = (j < doc_prefix[docs][:, None]).to(prefix_ids.device)  # [B', P']
+    ids = prefix_ids[docs.to(prefix_ids.device), :width].masked_fill(~mask, pad_id)
+    return docs, ids, mask.long()
 
 
 def gather_chunk_ids(

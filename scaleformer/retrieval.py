@@ -1,17 +1,23 @@
 """Retrieval cross-attention for BART and T5 decoders (Unlimiformer, Memorizing Transformers).
 
+What the decoder gets from these methods is ``[local window | datastore]`` along the encoder axis:
+the backbone's own encoding of the truncated input (what it sees without the method), then the
+SLED-packed states of the whole input. :class:`RetrievalState` says where the datastore starts.
+
 How the hook works: :func:`patch_cross_attention` swaps the *class* of every decoder cross-attention
 module (``BartAttention`` at ``decoder.layers[i].encoder_attn``, ``T5Attention`` at
 ``decoder.block[i].layer[1].EncDecAttention``) for a subclass whose ``forward`` projects keys and
 values of *all* encoder states with the module's own ``k``/``v`` projections (once per generation:
 they go into the ``EncoderDecoderCache`` exactly where the original puts them, so later steps and
-beam search reuse them) and then attends per head to a selection of them:
+beam search reuse them) and then attends per head to a selection of them, by the layer's role:
 
-* ``retrieve``: the top-k keys by score ``q . k`` (exact: one matmul + ``topk`` on the device),
-  softmax over those k only, weighted sum of their values. With k >= the number of states this *is*
-  full cross-attention.
-* ``window``: the first ``window`` encoder states only (what the backbone sees without the method).
-* ``memory``: Memorizing Transformers' gated mix of ``retrieve`` and ``window`` (a per-head gate).
+* ``retrieve``: the top-k datastore keys by score ``q . k`` (exact: one matmul + ``topk`` on the
+  device), softmax over those k only, weighted sum of their values. With k >= the number of states
+  this *is* full cross-attention over the datastore. At generation, decoder position 0 attends to
+  the local window instead (Unlimiformer skips retrieval at the first decoding step).
+* ``window``: the local window only.
+* ``memory``: Memorizing Transformers' gated mix of top-k retrieval from the datastore (which the
+  method masks down to its memory) and attention to the local window (a per-head gate).
 
 Swapping the class instead of wrapping the module keeps every parameter name, so a checkpoint of
 plain fine-tuning loads into a patched model and back. The phase (what the patched layers do on
@@ -49,25 +55,29 @@ class RetrievalState:
     """What the patched cross-attention layers share with their method."""
 
     k: int  # keys retrieved per query and head (clamped to the number of states at run time)
-    window: int  # encoder states a ``window`` layer (and the local half of ``memory``) attends to
+    window: int  # the backbone's max positions: a window layer's span when there is no local part
     phase: str = FULL
+    local: int = 0  # encoder states before the datastore (the local window's width; 0 = none)
+    local_first_step: bool = False  # retrieve-role layers: decoder position 0 attends to the local window
     n_layers: int = 0  # decoder layers, known once wrap() ran
     random_keep: torch.Tensor | None = None  # [n_layers, batch, T] subsets for phase RANDOM
     record: bool = False  # keep each layer's last top-k indices in ``retrieved`` (tests, analysis)
     retrieved: dict[int, torch.Tensor | None] = field(default_factory=dict)  # layer -> [B, H, Q, k]
 
-    def begin(self, phase: str, mask: torch.Tensor) -> None:
-        """Set the phase for the next forward; phase RANDOM samples each layer's subset now.
+    def begin(self, phase: str, mask: torch.Tensor, *, local: int = 0, local_first_step: bool = False) -> None:
+        """Set the phase and layout for the next forward; phase RANDOM samples each layer's subset now.
 
-        Sampling here, not in the layers, keeps the subsets fixed if activation checkpointing
-        re-runs the forward during backward.
+        ``mask`` [batch, T] covers what the decoder gets; its first ``local`` states are the local
+        window, the rest the datastore. Sampling here, not in the layers, keeps the subsets fixed if
+        activation checkpointing re-runs the forward during backward.
         """
-        self.phase = phase
-        self.random_keep = random_subsets(mask, self.n_layers, self.k) if phase == RANDOM and self.n_layers else None
+        self.phase, self.local, self.local_first_step = phase, local, local_first_step
+        self.random_keep = (random_subsets(mask[:, local:], self.n_layers, self.k)
+                            if phase == RANDOM and self.n_layers else None)
 
 
 def random_subsets(mask: torch.Tensor, n_layers: int, k: int) -> torch.Tensor:
-    """Per layer and document, min(k, real states) real encoder states uniformly without replacement.
+    """Per layer and document, min(k, real states) real datastore states uniformly without replacement.
 
     mask: [batch, T] 1 for real states. Returns [n_layers, batch, T] bool.
     """
@@ -93,6 +103,17 @@ def _masked(scores: torch.Tensor, mask: Any, bias: torch.Tensor | None) -> torch
     if mask.dtype == torch.bool:  # sdpa: True = attend, [B, 1, Q|1, T]
         return scores.masked_fill(~mask, float("-inf"))
     return scores + mask  # eager: additive, 0 or the dtype's min
+
+
+def _allowed(mask: Any) -> torch.Tensor | None:
+    """The encoder mask as booleans (True = may attend) ``[B, 1, Q|1, T]``; None when nothing is masked."""
+    if mask is None:
+        return None
+    if mask.dim() == 2:
+        return mask[:, None, None, :].bool()
+    if mask.dtype == torch.bool:
+        return mask
+    return mask > torch.finfo(mask.dtype).min / 2  # eager: additive, 0 or the dtype's min
 
 
 def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -132,34 +153,59 @@ def attend_top_k(scores: torch.Tensor, v: torch.Tensor, k: int, p: float = 0.0, 
     return torch.matmul(probs, v), probs, idx
 
 
+def _attend(scores: torch.Tensor, v: torch.Tensor, p: float, training: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain attention over the given keys: output [B, H, Q, D] and weights."""
+    probs = _softmax(scores, v.dtype, p, training)
+    return torch.matmul(probs, v), probs
+
+
 def retrieval_attention(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any,
-                        bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                        bias: torch.Tensor | None = None, first_query: int = 0) -> tuple[torch.Tensor, Any]:
     """Cross-attention of a patched layer, per its role and the state's phase.
 
-    q: [B, H, Q, D], k and v: [B, H, T, D]. Returns the per-head output [B, H, Q, D] and the
-    attention weights (over the keys the layer looked at).
+    q: [B, H, Q, D], k and v: [B, H, T, D]; ``first_query`` is the decoder position of q's first row.
+    Returns the per-head output [B, H, Q, D] and the attention weights (None where rows mix spans).
     """
     st: RetrievalState = module.retrieval_state
     role, layer = module.retrieval_role, module.retrieval_layer
     p, training = float(module.dropout), module.training
     scores = _masked(torch.matmul(q, k.transpose(-1, -2)) * module.scaling, mask, bias)  # [B, H, Q, T]
-    w = st.window
-    if role == "window":  # the backbone's own window: the first w states (slicing, not masking)
-        probs = _softmax(scores[..., :w], v.dtype, p, training)  # [B, H, Q, w']
-        return torch.matmul(probs, v[..., :w, :]), probs
+    lo = st.local  # the datastore starts here
+    span = lo or st.window  # local window; with none (phase RANDOM) the first `window` states (the reference)
+    if role == "window":  # slicing, not masking
+        return _attend(scores[..., :span], v[..., :span, :], p, training)
+    store, store_v = scores[..., lo:], v[..., lo:, :]  # [B, H, Q, T_s], [B, H, T_s, D]
     if role == "retrieve" and st.phase == RANDOM:
-        keep = st.random_keep[layer]  # [B, T]
-        probs = _softmax(scores.masked_fill(~keep[:, None, None, :], float("-inf")), v.dtype, p, training)
-        return torch.matmul(probs, v), probs
-    out, probs, idx = attend_top_k(scores, v, st.k, p, training)
+        keep = st.random_keep[layer]  # [B, T_s]
+        return _attend(store.masked_fill(~keep[:, None, None, :], float("-inf")), store_v, p, training)
+    local_row0 = role == "retrieve" and st.local_first_step and first_query == 0
+    if local_row0 and q.shape[2] == 1:  # the first decoding step: no retrieval
+        return _attend(scores[..., :span], v[..., :span, :], p, training)
+    has = None
+    if role == "memory":  # a document whose memory is empty: finite scores, then gated off
+        allowed = _allowed(mask)  # [B, 1, Q|1, T] or None (nothing masked)
+        has = allowed[..., lo:].any(-1, keepdim=True) if allowed is not None else store.new_ones((), dtype=torch.bool)
+        store = store.masked_fill(~has, 0.0)
+    out, probs, idx = attend_top_k(store, store_v, st.k, p, training)
     if st.record:
         st.retrieved[layer] = idx
     if role == "retrieve":
+        if local_row0:  # teacher forcing / no cache: row 0 is the first step, the rest retrieve
+            first, _ = _attend(scores[..., :1, :span], v[..., :span, :], p, training)  # [B, H, 1, D]
+            return torch.cat([first, out[:, :, 1:]], 2), None
         return out, probs
-    # memory: g * retrieved + (1 - g) * local, g = sigmoid(gate logit) per head
-    local = _softmax(scores[..., :w], v.dtype, p, training)  # [B, H, Q, w']
+    # memory: g * retrieved + (1 - g) * local, g = sigmoid(gate logit) per head, 0 without a memory
+    local, _ = _attend(scores[..., :span], v[..., :span, :], p, training)
     g = torch.sigmoid(module.retrieval_gate * module.retrieval_gate_scale).to(v.dtype)[None, :, None, None]
-    return g * out + (1 - g) * torch.matmul(local, v[..., :w, :]), probs
+    g = g * has.to(v.dtype)  # [B, H, Q, 1]
+    return g * out + (1 - g) * local, None
+
+
+def _first_query(cache: Any, layer: int, n_queries: int) -> int:
+    """Decoder position of this call's first query: the self-attention cache already holds this step."""
+    if isinstance(cache, EncoderDecoderCache):
+        return cache.self_attention_cache.get_seq_length(layer) - n_queries
+    return 0
 
 
 def _cross_kv(module: nn.Module, states: torch.Tensor, cache: Any, k_proj: nn.Module, v_proj: nn.Module,
@@ -193,7 +239,8 @@ class RetrievalBartAttention(BartAttention):
         shape = hidden_states.shape[:-1]  # (B, Q)
         q = self.q_proj(hidden_states).view(*shape, -1, self.head_dim).transpose(1, 2)  # [B, H, Q, D]
         k, v = _cross_kv(self, key_value_states, past_key_values, self.k_proj, self.v_proj, self.head_dim)
-        out, probs = retrieval_attention(self, q, k, v, attention_mask)
+        first = _first_query(past_key_values, self.layer_idx, shape[1])
+        out, probs = retrieval_attention(self, q, k, v, attention_mask, first_query=first)
         return self.out_proj(out.transpose(1, 2).reshape(*shape, -1)), probs
 
 
@@ -213,7 +260,8 @@ class RetrievalT5Attention(T5Attention):
         d = self.key_value_proj_dim
         q = self.q(hidden_states).view(*shape, -1, d).transpose(1, 2)  # [B, H, Q, D]
         k, v = _cross_kv(self, key_value_states, past_key_values, self.k, self.v, d)
-        out, probs = retrieval_attention(self, q, k, v, mask, position_bias)
+        first = _first_query(past_key_values, self.layer_idx, shape[1])
+        out, probs = retrieval_attention(self, q, k, v, mask, position_bias, first_query=first)
         # Pass the (zero) bias on unchanged: later layers reuse it, as T5Stack expects.
         return self.o(out.transpose(1, 2).reshape(*shape, -1)), position_bias, probs
 

@@ -88,6 +88,7 @@ def _run(rc: RunConfig, ckpt: Path | None, started: float) -> dict[str, Any]:
     dm = SummarizationDataModule(rc.data, tokenizer, seed=rc.seed)
     dm.prepare_data()
     dm.setup()
+    method.check_prefix(dm.longest_prefix())  # a query too long for the method fails before the model
 
     model = build_model(rc.backbone, conf)
     meta = checkpoints.metadata(rc.backbone.name, described, identity.training_hash(rc))
@@ -145,7 +146,7 @@ def _run(rc: RunConfig, ckpt: Path | None, started: float) -> dict[str, Any]:
         "step": step,
         "commit": git_commit(),
         "tag": rc.tag,
-        "method": described,
+        "method": describe_method(rc, method),  # after evaluation: some methods report what they measured
         "backbone": {"name": rc.backbone.name, "pretrained": rc.backbone.pretrained, "arch": rc.backbone.arch},
         "data": {"name": rc.data.name, "summary": dm.summary()},
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",

@@ -1,4 +1,5 @@
-"""Overlapping segmentation, the batched planner, id gathering, micro-batched encoding, packing."""
+"""Overlapping segmentation and kept spans against SLED's published windows and a plain reference, the
+batched planner, id gathering (query prefix on top of the window), micro-batched encoding, packing."""
 
 from __future__ import annotations
 
@@ -6,17 +7,77 @@ import math
 
 import pytest
 import torch
+from chunk_reference import chunk_spans, windows
 
 from scaleformer.chunking import (
-    chunk_spans,
     encode_chunks,
     gather_chunk_ids,
+    keep_spans,
     layout_chunks,
     num_chunks,
     pack_rows,
     plan_chunks,
+    prefix_rows,
 )
 from scaleformer.config import ConfigError
+
+# SLED's own examples (Mivg/SLED sled/modeling_sled.py, the _window_indices docstring), verbatim:
+# (context_start, context_end, update_start, update_end). SledModel(model, 512) has window_fraction
+# 0.5: margin int(512 * 0.5 / 2) = 128, overlap 256; SledModel(model, 256, window_fraction=0.75):
+# margin int(256 * 0.25 / 2) = 32, overlap 64.
+SLED_EXAMPLES = {
+    (512, 256): {
+        256: [(0, 256, 0, 256)],
+        510: [(0, 510, 0, 510)],
+        512: [(0, 512, 0, 512)],
+        514: [(0, 512, 0, 384), (2, 514, 382, 512)],
+        766: [(0, 512, 0, 384), (254, 766, 130, 512)],
+        768: [(0, 512, 0, 384), (256, 768, 128, 512)],
+        780: [(0, 512, 0, 384), (256, 768, 128, 384), (268, 780, 372, 512)],
+        1050: [(0, 512, 0, 384), (256, 768, 128, 384), (512, 1024, 128, 384), (538, 1050, 358, 512)],
+    },
+    (256, 64): {
+        128: [(0, 128, 0, 128)],
+        254: [(0, 254, 0, 254)],
+        256: [(0, 256, 0, 256)],
+        258: [(0, 256, 0, 224), (2, 258, 222, 256)],
+        446: [(0, 256, 0, 224), (190, 446, 34, 256)],
+        448: [(0, 256, 0, 224), (192, 448, 32, 256)],
+        500: [(0, 256, 0, 224), (192, 448, 32, 224), (244, 500, 172, 256)],
+        1050: [(0, 256, 0, 224), (192, 448, 32, 224), (384, 640, 32, 224), (576, 832, 32, 224),
+               (768, 1024, 32, 224), (794, 1050, 198, 256)],
+    },
+}
+
+
+def planned(lengths, size, overlap, rule="sled"):
+    """The planner's windows per document, in SLED's tuple form."""
+    t = plan_chunks(torch.tensor(lengths), size, overlap)
+    lo, hi = keep_spans(t, overlap, rule)
+    rows = zip(t.doc.tolist(), t.start.tolist(), t.length.tolist(), lo.tolist(), hi.tolist())
+    out: list[list[tuple[int, int, int, int]]] = [[] for _ in lengths]
+    for b, s, n, a, e in rows:
+        out[b].append((s, s + n, a - s, e - s))
+    return out
+
+
+@pytest.mark.parametrize("size,overlap", sorted(SLED_EXAMPLES))
+def test_sled_keep_rule_reproduces_sleds_published_windows(size, overlap):
+    examples = SLED_EXAMPLES[(size, overlap)]
+    got = planned(list(examples), size, overlap)  # one ragged batch
+    for (n, want), windows_n in zip(examples.items(), got):
+        assert windows_n == want, n
+        kept = [p for s, _, a, e in windows_n for p in range(s + a, s + e)]
+        assert kept == list(range(n))  # every position once, in order
+
+
+def test_centre_rule_splits_the_last_overlap_at_its_midpoint():
+    # L=512, O=256, N=514: windows [0, 512) and [2, 514); the overlap [2, 512) splits at 257.
+    assert planned([514], 512, 256, "centre") == [[(0, 512, 0, 257), (2, 514, 255, 512)]]
+    # N=780: middle windows keep their centre as under "sled"; the last overlap [268, 768) splits at 518.
+    assert planned([780], 512, 256, "centre") == [[(0, 512, 0, 384), (256, 768, 128, 262), (268, 780, 250, 512)]]
+    with pytest.raises(ValueError, match="keep rule 'middle'"):
+        keep_spans(plan_chunks(torch.tensor([10]), 4, 1), 1, "middle")
 
 
 def _grid():
@@ -29,65 +90,34 @@ def _grid():
                     yield n, size, overlap
 
 
-@pytest.mark.parametrize("n,size,overlap", list(_grid()))
-def test_chunk_spans_properties(n, size, overlap):
-    spans = chunk_spans(n, size, overlap)
-    assert len(spans) == max(1, math.ceil((n - overlap) / (size - overlap)))
-    assert spans[0][0] == 0 and spans[-1][1] == n
-    if n <= size:
-        assert spans == [(0, n)]
-        return
-    for s, e in spans:  # every chunk of a long document is full (last one shifted back)
-        assert e - s == size and 0 <= s < e <= n
-    for (s0, e0), (s1, e1) in zip(spans, spans[1:]):
-        assert s0 < s1 and e0 < e1
-        assert s1 <= e0, "gap between chunks"
-    overlaps = [e0 - s1 for (_, e0), (s1, _) in zip(spans, spans[1:])]
-    assert all(o == overlap for o in overlaps[:-1])  # exactly O except the last pair
-    assert overlap <= overlaps[-1] < size
+@pytest.mark.parametrize("rule", ["sled", "centre"])
+def test_planner_matches_the_plain_reference_on_a_grid(rule):
+    cases = list(_grid())
+    for size, overlap in sorted({(s, o) for _, s, o in cases}):
+        lengths = [n for n, s, o in cases if (s, o) == (size, overlap)]
+        got = planned(lengths, size, overlap, rule)
+        for n, g in zip(lengths, got):
+            assert g == windows(n, size, overlap, rule), (n, size, overlap)
+            assert len(g) == num_chunks(torch.tensor([n]), size, overlap).item() == \
+                max(1, math.ceil((n - overlap) / (size - overlap)))
 
 
-def test_chunk_spans_coverage_exact():
-    for n, size, overlap in [(1, 4, 1), (10, 4, 1), (11, 4, 3), (2049, 1024, 150), (5000, 1024, 0)]:
-        covered = torch.zeros(n, dtype=torch.long)
-        for s, e in chunk_spans(n, size, overlap):
-            covered[s:e] += 1
-        assert (covered >= 1).all()
-
-
-def test_chunk_spans_paper_defaults():
+def test_chunk_counts_and_spans_hand_written():
     assert chunk_spans(1, 1024, 150) == [(0, 1)]
     assert chunk_spans(1024, 1024, 150) == [(0, 1024)]
     assert chunk_spans(1025, 1024, 150) == [(0, 1024), (1, 1025)]
     assert chunk_spans(3000, 1024, 150) == [(0, 1024), (874, 1898), (1748, 2772), (1976, 3000)]
     assert chunk_spans(0, 1024, 150) == []
-
-
-@pytest.mark.parametrize("args", [(10, 4, 4), (10, 4, 5), (10, 0, 0), (10, 4, -1), (-1, 4, 1)])
-def test_chunk_spans_rejects_bad_sizes(args):
-    with pytest.raises(ValueError):
-        chunk_spans(*args)
-
-
-def test_planner_matches_chunk_spans_on_ragged_batch():
-    lengths = torch.tensor([1, 1024, 1025, 7000, 3, 2048])
-    t = plan_chunks(lengths, 1024, 150)
-    assert t.counts.tolist() == num_chunks(lengths, 1024, 150).tolist()
-    for b, n in enumerate(lengths.tolist()):
-        rows = (t.doc == b).nonzero().squeeze(1)
-        assert int(t.first[b]) == int(rows[0])
-        assert t.index[rows].tolist() == list(range(len(rows)))
-        got = [(s, s + m) for s, m in zip(t.start[rows].tolist(), t.length[rows].tolist())]
-        assert got == chunk_spans(n, 1024, 150)
-    assert t.is_last.sum() == len(lengths) and t.is_first.sum() == len(lengths)
-
-
-def test_planner_per_document_chunk_size():
-    t = plan_chunks(torch.tensor([100, 100]), torch.tensor([10, 20]), 5)
-    for b, size in enumerate([10, 20]):
-        rows = t.doc == b
-        got = [(s, s + m) for s, m in zip(t.start[rows].tolist(), t.length[rows].tolist())]
-        assert got == chunk_spans(100, size, 5)
+    assert chunk_spans(10, 4, 1) == [(0, 4), (3, 7), (6, 10)]
+    assert chunk_spans(11, 4, 1) == [(0, 4), (3, 7), (6, 10), (7, 11)]
+    t = plan_chunks(torch.tensor([1, 1024, 1025, 3000, 10, 11]), 1024, 150)
+    assert t.counts.tolist() == [1, 1, 2, 4, 1, 1]
+    t = plan_chunks(torch.tensor([10, 11, 3]), 4, 1)
+    assert t.counts.tolist() == [3, 4, 1] and t.first.tolist() == [0, 3, 7]
+    assert t.start.tolist() == [0, 3, 6, 0, 3, 6, 7, 0] and t.length.tolist() == [4, 4, 4, 4, 4, 4, 4, 3]
+    assert t.index.tolist() == [0, 1, 2, 0, 1, 2, 3, 0] and t.is_last.tolist() == [0, 0, 1, 0, 0, 0, 1, 1]
+    # 16k-token document with the paper's L=1024, O=150: ceil((16384 - 150) / 874) = 19 chunks
+    assert plan_chunks(torch.tensor([16_384]), 1024, 150).counts.tolist() == [19]
 
 
 def _batch(lengths, head=(0,), tail=(2,), pad=1):
@@ -111,7 +141,7 @@ def test_gather_chunk_ids_matches_python_slicing(wrap, with_prefix):
     prefix = torch.tensor([[7, 8, 9], [7, pad, pad], [7, 8, pad], [9, 9, 9], [5, pad, pad]])
     plen = (prefix != pad).sum(1) if with_prefix else None
     lay = layout_chunks(mask.sum(1), plen, chunk_size=size, overlap=overlap, n_head=1, n_tail=1,
-                        chunk_special_tokens=wrap)
+                        chunk_special_tokens=wrap, max_positions=size + 3)
     rows, rmask = gather_chunk_ids(lay, ids, pad_id=pad, head_ids=head if wrap else (),
                                    tail_ids=tail if wrap else (), prefix_ids=prefix if with_prefix else None)
     assert rows.shape == (lay.table.rows, lay.width)
@@ -120,21 +150,32 @@ def test_gather_chunk_ids_matches_python_slicing(wrap, with_prefix):
         doc = ids[b, :n].tolist()
         pre = prefix[b, : int(plen[b])].tolist() if with_prefix else []
         content = doc[1:-1] if wrap else doc
-        room = size - len(pre) - (2 if wrap else 0)
+        room = size - (2 if wrap else 0)  # the prefix comes on top of the window (SLED)
         for s, e in chunk_spans(len(content), room, overlap) or [(0, 0)]:
             want = pre + (list(head) if wrap else []) + content[s:e] + (list(tail) if wrap else [])
             got = rows[r][rmask[r].bool()].tolist()
             assert got == want
             assert (rows[r][~rmask[r].bool()] == pad).all()
-            assert len(want) <= size
+            assert len(want) <= size + len(pre)
             r += 1
     assert r == lay.table.rows
 
 
-def test_prefix_leaving_no_room_is_a_config_error():
-    with pytest.raises(ConfigError, match=r"prefix of 10 tokens leaves 2 content tokens.*method.overlap=4"):
-        layout_chunks(torch.tensor([50]), torch.tensor([10]), chunk_size=12, overlap=4, n_head=0,
-                      n_tail=0, chunk_special_tokens=False)
+def test_prefix_too_long_for_the_window_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"query prefix of 10 tokens .*method.chunk_size=12.*max positions "
+                                          r"\(16\).*at most 4 tokens"):
+        layout_chunks(torch.tensor([50, 5]), torch.tensor([3, 10]), chunk_size=12, overlap=4, n_head=0,
+                      n_tail=0, chunk_special_tokens=False, max_positions=16)
+    lay = layout_chunks(torch.tensor([50]), torch.tensor([4]), chunk_size=12, overlap=4, n_head=0,
+                        n_tail=0, chunk_special_tokens=False, max_positions=16)
+    assert lay.row_len.max() == 16  # exactly at the limit
+
+
+def test_prefix_rows_hold_each_prefix_alone():
+    prefix = torch.tensor([[7, 8, 9], [1, 1, 1], [5, 6, 1]])
+    docs, ids, mask = prefix_rows(prefix, torch.tensor([3, 0, 2]), pad_id=1)
+    assert docs.tolist() == [0, 2]
+    assert ids.tolist() == [[7, 8, 9], [5, 6, 1]] and mask.tolist() == [[1, 1, 1], [1, 1, 0]]
 
 
 def test_special_positions_when_slicing_the_document():

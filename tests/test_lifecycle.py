@@ -275,3 +275,15 @@ def test_summarizing_a_million_token_document_on_the_cpu(tmp_path):
     n_tokens = len(summarize.tokenizer(text)["input_ids"])
     assert n_tokens >= 1_000_000
     assert isinstance(summarize(text), str)
+
+
+def test_a_query_prefix_too_long_for_the_window_fails_before_the_model_is_built(tmp_path, monkeypatch):
+    import scaleformer.run as run_module
+
+    rows = [{"id": f"d{i}", "input": "words " * 800, "output": "a summary", "query": "why " * 40} for i in range(2)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(run_module, "build_model", lambda *a, **k: pytest.fail("model built"))
+    with pytest.raises(ConfigError, match=r"query prefix of \d+ tokens does not fit beside method\.chunk_size=1000"):
+        run(compose(_tiny(tmp_path, "data=local", f"data.path={data}", "data.prefix_field=query", "method=sled",
+                          "method.chunk_size=1000", "data.splits.validation=null", "data.splits.test=null")))

@@ -1,7 +1,9 @@
-"""Memorizing Transformers (encoder-decoder adaptation) on tiny random BART/T5: the gate is a trainable,
-checkpointed parameter that starts near local attention; the memory layer mixes top-k retrieval and
-first-window attention per head exactly as documented (brute-force check); the model trains and
-generates; config errors."""
+"""Memorizing Transformers (encoder-decoder adaptation) on tiny random BART/T5: the local context is the
+backbone's own encoding of the first window (a closed gate is exactly method=truncation); the memory is
+the rest of the document, disjoint from it; the gate is a trainable, checkpointed parameter that starts
+near local attention; the memory layer mixes top-k retrieval and local attention per head exactly as
+documented (brute-force check); a document without memory; the model trains and generates; config
+errors."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 import torch
 
 # The same tiny backbones and specs as the Unlimiformer tests (one definition).
-from test_unlimiformer import ARCHS, SPECS, W, tiny  # noqa: E402
+from test_unlimiformer import ARCHS, SPECS, W, tiny, truncated_encoding  # noqa: E402
 from transformers.modeling_outputs import BaseModelOutput
 
 from scaleformer.config import ConfigError
@@ -21,7 +23,8 @@ from scaleformer.retrieval import cross_attentions
 
 
 def make(arch: str, **kw):
-    return build_method(method_config({"name": "memorizing", "chunk_size": 16, "overlap": 8, **kw}), SPECS[arch])
+    return build_method(method_config({"name": "memorizing", "chunk_size": 16, "overlap": 8, "k": 5, **kw}),
+                        SPECS[arch])
 
 
 def batch(lengths, arch: str):
@@ -82,23 +85,45 @@ def test_gate_is_a_trainable_checkpointed_parameter_of_the_memory_layer(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_tiny_gate_is_the_backbone_reading_only_the_first_window(arch):
+def test_closed_gate_is_exactly_method_truncation(arch):
     ref = tiny(arch)
     model, m, enc = setup(arch, gate_init=1e-7, k=5)
-    assert enc.hidden.shape[1] == 100 > W
+    ids, mask = batch([100, 70], arch)
+    trunc = build_method(method_config({"name": "truncation"}), SPECS[arch]).encode(
+        ref.get_encoder(), ids, mask, training=False)
+    assert m.state.local == trunc.hidden.shape[1] == W
+    local, local_mask = truncated_encoding(ref, ids, mask, arch)  # by hand: the first W tokens, </s> at the cut
+    torch.testing.assert_close(trunc.hidden, local, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(enc.hidden[:, :W], trunc.hidden)
     dec = dec_ids(2)
     got = model(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, decoder_input_ids=dec).logits
-    want = ref(encoder_outputs=(enc.hidden[:, :W],), attention_mask=enc.mask[:, :W], decoder_input_ids=dec).logits
+    want = ref(encoder_outputs=(trunc.hidden,), attention_mask=trunc.mask, decoder_input_ids=dec).logits
     torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
-    full = ref(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, decoder_input_ids=dec).logits
-    assert (got - full).abs().max() > 1e-3  # the window really is a restriction here
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_memory_is_the_rest_of_the_document_disjoint_from_the_local_window(arch):
+    model, m, enc = setup(arch, lengths=(100, 70, 40))
+    lo = m.state.local
+    store_mask = enc.mask[:, lo:]  # [B, T_s]: datastore positions (prefix + document order) in the memory
+    j = torch.arange(store_mask.shape[1])
+    covered = W - 1  # the window holds the first 63 document tokens, then the re-closing </s>
+    want = torch.stack([(j >= covered) & (j < n) for n in (100, 70, 40)])
+    want[2] = False  # 40 tokens fit the window: no memory
+    assert torch.equal(store_mask.bool(), want)
+    assert [m.decoder_length(n) for n in (100, 70, 40)] == enc.mask.sum(1).tolist() == [W + 37, W + 7, 40]
+    capped = make(arch, memory_size=5)
+    capped.wrap(tiny(arch))
+    ids, mask = batch([100, 70], arch)
+    out = capped.encode(model.get_encoder(), ids, mask, training=False)
+    assert out.mask[:, W:].sum(1).tolist() == [5, 5] and out.mask[:, W:W + covered].sum() == 0
 
 
 # ------------------------------------------------------------------------------------ the memory layer
 @pytest.mark.parametrize("arch", ARCHS)
 def test_memory_layer_mixes_top_k_and_local_attention_per_head(arch):
     k = 5
-    model, m, enc = setup(arch, k=k)
+    model, m, enc = setup(arch, lengths=(100, 70, 40), k=k)  # the third document has no memory
     m.state.record = True
     mods = cross_attentions(model, "test")
     seen = {}
@@ -108,19 +133,21 @@ def test_memory_layer_mixes_top_k_and_local_attention_per_head(arch):
     g = torch.tensor([0.3, 0.8])  # a different gate per head
     with torch.no_grad():
         gate_of(model)[0].copy_(torch.log(g / (1 - g)) / m.cfg.gate_scale)
-    model(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, decoder_input_ids=dec_ids(2))
+    model(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, decoder_input_ids=dec_ids(3))
     assert set(m.state.retrieved) == {0}  # only the memory layer retrieves
+    lo = m.state.local
+    local, local_mask, store, mem_mask = enc.hidden[:, :lo], enc.mask[:, :lo], enc.hidden[:, lo:], enc.mask[:, lo:]
 
-    def parts(mod, h):
+    def parts(mod, h, states, states_mask):
         q_p, k_p, v_p, o_p = ((mod.q_proj, mod.k_proj, mod.v_proj, mod.out_proj) if arch == "bart"
                               else (mod.q, mod.k, mod.v, mod.o))
 
         def split(x):
             return x.view(*x.shape[:2], 2, -1).transpose(1, 2)  # [B, H, N, D]
 
-        scores = split(q_p(h)) @ split(k_p(enc.hidden)).transpose(-1, -2) * mod.scaling  # [B, H, Q, T]
-        scores = scores.masked_fill(~enc.mask.bool()[:, None, None, :], float("-inf"))
-        return scores, split(v_p(enc.hidden)), o_p
+        scores = split(q_p(h)) @ split(k_p(states)).transpose(-1, -2) * mod.scaling  # [B, H, Q, T]
+        scores = scores.masked_fill(~states_mask.bool()[:, None, None, :], float("-inf"))
+        return scores, split(v_p(states)), o_p
 
     def attend(scores, values, keep):
         return scores.masked_fill(~keep, float("-inf")).softmax(-1) @ values  # [B, H, Q, D]
@@ -129,17 +156,21 @@ def test_memory_layer_mixes_top_k_and_local_attention_per_head(arch):
         return o_p(heads.transpose(1, 2).reshape(heads.shape[0], heads.shape[2], -1))
 
     h, out = seen[0]
-    scores, values, o_p = parts(mods[0], h)
-    top = scores.topk(k, dim=-1)
-    torch.testing.assert_close(scores.gather(-1, m.state.retrieved[0]).sort(-1, descending=True).values, top.values)
-    window = (torch.arange(scores.shape[-1]) < W).expand_as(scores)
-    topk_keep = torch.zeros_like(window).scatter_(-1, top.indices, True)
-    mixed = g[None, :, None, None] * attend(scores, values, topk_keep) + \
-        (1 - g[None, :, None, None]) * attend(scores, values, window)
-    torch.testing.assert_close(out, project(o_p, mixed), atol=1e-5, rtol=1e-4)
-    h, out = seen[1]  # every other layer: the first window only
-    scores, values, o_p = parts(mods[1], h)
-    torch.testing.assert_close(out, project(o_p, attend(scores, values, window)), atol=1e-5, rtol=1e-4)
+    l_scores, l_values, o_p = parts(mods[0], h, local, local_mask)
+    local_heads = attend(l_scores, l_values, l_scores > float("-inf"))
+    m_scores, m_values, _ = parts(mods[0], h, store, mem_mask)
+    top = m_scores[:2].topk(k, dim=-1)  # the documents with a memory (>= k states each)
+    got_idx = m.state.retrieved[0][:2]  # indices into the datastore
+    torch.testing.assert_close(m_scores[:2].gather(-1, got_idx).sort(-1, descending=True).values, top.values)
+    topk_keep = torch.zeros_like(m_scores[:2], dtype=torch.bool).scatter_(-1, top.indices, True)
+    gate = g[None, :, None, None]
+    mixed = gate * attend(m_scores[:2], m_values[:2], topk_keep) + (1 - gate) * local_heads[:2]
+    torch.testing.assert_close(out[:2], project(o_p, mixed), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(out[2:], project(o_p, local_heads[2:]), atol=1e-5, rtol=1e-4)  # no memory: local only
+    h, out = seen[1]  # every other layer: the local window only
+    l_scores, l_values, o_p = parts(mods[1], h, local, local_mask)
+    torch.testing.assert_close(out, project(o_p, attend(l_scores, l_values, l_scores > float("-inf"))),
+                               atol=1e-5, rtol=1e-4)
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -161,20 +192,34 @@ def test_training_encodes_everything_and_attends_as_generation_does(arch):
     ids, mask = batch([100, 70], arch)
     model.train()
     enc = m.encode(model.get_encoder(), ids, mask, training=True)
-    assert torch.equal(enc.mask.sum(1), mask.sum(1))
+    lo = m.state.local
+    assert lo == W and enc.mask[:, lo:].sum(1).tolist() == [100 - (W - 1), 70 - (W - 1)]
     enc.hidden.retain_grad()
     loss = model(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, labels=dec_ids(2)).loss
     assert math.isfinite(loss.item())
     loss.backward()
     reached = enc.hidden.grad.abs().sum(-1) > 0  # [B, T]
-    assert reached[:, :W][enc.mask[:, :W].bool()].all()  # the local window
-    assert reached[:, W:].any()  # and retrieved states beyond it
+    assert reached[:, :lo][enc.mask[:, :lo].bool()].all()  # the local window
+    assert not reached[:, lo:lo + W - 1].any()  # datastore states the window already holds: not in the memory
+    assert reached[:, lo + W - 1:].any()  # retrieved memory states
+
+
+def test_defaults_follow_wu_et_al():
+    from conftest import compose
+
+    from scaleformer.config import to_config
+
+    cfg = to_config(compose(["method=memorizing"])).method
+    assert (cfg.k, cfg.memory_size, cfg.layer, cfg.keep_rule, cfg.overlap) == (32, None, -2, "sled", 512)
 
 
 # ---------------------------------------------------------------------------------------- bad input
 def test_bad_config_values_are_config_errors():
     for kw, key in [({"k": 0}, "method.k"), ({"gate_init": 0.0}, "method.gate_init"),
-                    ({"gate_init": 1.0}, "method.gate_init"), ({"gate_scale": 0.0}, "method.gate_scale")]:
+                    ({"gate_init": 1.0}, "method.gate_init"), ({"gate_scale": 0.0}, "method.gate_scale"),
+                    ({"memory_size": 0}, "method.memory_size=0"),
+                    ({"k": 64, "memory_size": 32}, r"method.k=64: must be <= method.memory_size \(32\)"),
+                    ({"keep_rule": "x"}, "method.keep_rule='x'")]:
         with pytest.raises(ConfigError, match=key):
             make("bart", **kw)
 

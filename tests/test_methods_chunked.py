@@ -1,20 +1,20 @@
-"""SLED and ScaleFormer end to end: token bookkeeping with a transparent stub encoder, then tiny
-random BART/T5 through training loss, backward and beam search; config errors; a 2M-token document."""
+"""SLED and ScaleFormer end to end: token bookkeeping with a transparent stub encoder against the
+plain reference chunk plan (tests/chunk_reference.py), then tiny random BART/T5 through training loss,
+backward and beam search; config errors; a 2M-token document."""
 
 from __future__ import annotations
 
-import math
 import resource
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from chunk_reference import chunk_spans, windows
 from omegaconf import OmegaConf
 from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
-from scaleformer.chunking import chunk_spans
 from scaleformer.config import ConfigError
 from scaleformer.fusion import span_cumulation
 from scaleformer.methods import BackboneSpec, build_method, method_config
@@ -91,34 +91,34 @@ def test_sled_keeps_every_token_exactly_once(wrap, spec):
         assert m.decoder_length(n) == len(want)
 
 
-def test_sled_each_token_from_the_chunk_where_it_is_furthest_from_an_edge():
-    size, overlap = 16, 7  # odd overlap: ties allowed
+@pytest.mark.parametrize("rule", ["sled", "centre"])
+def test_sled_each_token_from_the_chunk_the_keep_rule_assigns(rule):
+    size, overlap = 16, 7  # odd overlap
     for n in [17, 40, 41, 100, 131]:
-        m = make("sled", BART, chunk_size=size, overlap=overlap)
+        m = make("sled", BART, chunk_size=size, overlap=overlap, keep_rule=rule)
         ids, mask = batch([n])
         enc = m.encode(Stub(), ids, mask, training=False)
-        spans = chunk_spans(n, size, overlap)
-
-        def dist(p, c, spans=spans):  # distance to the nearest edge that is not the document's own
-            s, e = spans[c]
-            left = p - s if c > 0 else math.inf
-            right = e - 1 - p if c < len(spans) - 1 else math.inf
-            return min(left, right)
-
-        for p in range(n):
-            row_pos = int(enc.hidden[0, p, 1])
-            chosen = [c for c, (s, e) in enumerate(spans) if s <= p < e and p - s == row_pos]
-            assert len(chosen) >= 1
-            best = max(dist(p, c) for c, (s, e) in enumerate(spans) if s <= p < e)
-            assert dist(p, chosen[0]) == best
+        want = [(p, p - s) for s, _, a, e in windows(n, size, overlap, rule) for p in range(s + a, s + e)]
+        got = [(int(tok) - BASE, int(pos)) for tok, pos in enc.hidden[0, 1:n - 1, :2].tolist()]
+        assert got == want[1:n - 1], (rule, n)  # (document position, row position) of every content token
 
 
-def test_sled_prefix_is_passed_once_and_prepended_to_every_chunk():
+def test_sled_method_follows_sleds_published_windows():
+    """N=780, L=512, 50%: SLED keeps [0, 384) from window 0, [384, 640) from 1, [640, 780) from 2."""
+    m = make("sled", BART, chunk_size=512, overlap=256)
+    ids, mask = batch([780])
+    enc = m.encode(Stub(), ids, mask, training=False)
+    row_pos = enc.hidden[0, :, 1].long().tolist()
+    assert row_pos == list(range(384)) + list(range(128, 384)) + list(range(372, 512))
+    assert m.decoder_length(780) == 780
+
+
+def test_sled_prefix_rides_on_top_of_every_window_and_is_kept_encoded_alone():
     seen = []
 
     class Spy(Stub):
         def forward(self, input_ids, attention_mask):
-            seen.append(input_ids.clone())
+            seen.append((input_ids.clone(), attention_mask.clone()))
             return super().forward(input_ids, attention_mask)
 
     m = make("sled", BART, chunk_size=16, overlap=4, encoder_batch_size=2)
@@ -128,9 +128,27 @@ def test_sled_prefix_is_passed_once_and_prepended_to_every_chunk():
     enc = m.encode(Spy(), ids, mask, training=False, prefix_ids=prefix, prefix_mask=prefix_mask)
     assert tokens(enc, 0) == [7, 8, 9] + ids[0, :40].tolist()
     assert tokens(enc, 1) == [7] + ids[1, :5].tolist()
-    rows = torch.cat([r[:, :3] for r in seen])  # each row starts with its document's prefix
-    n0 = len(chunk_spans(40, 13, 4))
-    assert (rows[:n0] == torch.tensor([7, 8, 9])).all() and rows[n0, 0] == 7
+    # the kept copy: the prefix encoded on its own (row length = the prefix), positions 0..P-1
+    assert enc.hidden[0, :3, 1].tolist() == [0, 1, 2] and enc.hidden[0, :3, 2].tolist() == [3, 3, 3]
+    assert enc.hidden[1, :1, 2].tolist() == [1]
+    rows = [(r[k], mk[k]) for r, mk in seen for k in range(r.shape[0])]
+    spans = chunk_spans(40, 16, 4)
+    doc0 = ids[0].tolist()
+    for (row, rmask), (s, e) in zip(rows, spans):  # each window: the prefix, then all 16 document tokens
+        assert row[rmask.bool()].tolist() == [7, 8, 9] + doc0[s:e]
+    assert rows[len(spans)][0][rows[len(spans)][1].bool()].tolist() == [7] + ids[1, :5].tolist()
+    prefix_only = [r[mk.bool()].tolist() for r, mk in rows[len(spans) + 1:]]
+    assert prefix_only == [[7, 8, 9], [7]]
+
+
+def test_prefix_longer_than_the_window_allows_is_a_config_error():
+    spec = BackboneSpec(max_positions=20, pad_id=1, prefix_ids=(0,), suffix_ids=(2,), d_model=16)
+    m = make("sled", spec, chunk_size=16, overlap=4)
+    ids, mask = batch([40])
+    with pytest.raises(ConfigError, match=r"query prefix of 5 tokens.*method.chunk_size=16.*\(20\).*at most 4"):
+        m.encode(Stub(), ids, mask, training=False, prefix_ids=torch.full((1, 5), 7))
+    enc = m.encode(Stub(), ids, mask, training=False, prefix_ids=torch.full((1, 4), 7))
+    assert tokens(enc, 0) == [7] * 4 + ids[0].tolist()
 
 
 # -------------------------------------------------------------------------------------- ScaleFormer
@@ -182,7 +200,7 @@ def test_scaleformer_boundaries_middles_and_length(wrap, spec, k, mm, strategy):
 def test_scaleformer_decoder_length_formula_paper_defaults():
     m = make("scaleformer", BART, middle_tokens=300)
     for n in [1, 1024, 1025, 16_384, 100_000]:
-        c = len(chunk_spans(n, 1024, 150))
+        c = len(chunk_spans(n, 1024, 150))  # 1, 1, 2, 19, 115
         if n <= 1024:
             assert m.decoder_length(n) == min(n, 2) + min(300, max(n - 2, 0))
         else:
@@ -242,11 +260,10 @@ def test_scaleformer_prefix_passed_once_boundaries_from_the_document():
     prefix = torch.tensor([[7, 8, 9]])
     enc = m.encode(Stub(), ids, mask, training=False, prefix_ids=prefix, prefix_mask=torch.ones_like(prefix))
     got = tokens(enc, 0)
-    spans = chunk_spans(40, 13, 4)
+    spans = chunk_spans(40, 16, 4)  # the prefix does not shrink the window
     doc = ids[0].tolist()
     assert got == [7, 8, 9] + [x for s, e in spans for x in (doc[s], doc[e - 1])]
-    with pytest.raises(ConfigError, match="prefix"):
-        m.encode(Stub(), ids, mask, training=False, prefix_ids=torch.ones(1, 13, dtype=torch.long) + 5)
+    assert enc.hidden[0, 3:, 1].tolist() == [3, 18] * len(spans)  # boundaries sit after the prefix in each row
 
 
 # ------------------------------------------------------------------------------------ gradients
@@ -351,6 +368,8 @@ def test_end_to_end_train_and_generate(backbone, name, kw, with_prefix):
     ("scaleformer", {"alpha": -0.1}, r"method.alpha=-0.1"),
     ("scaleformer", {"middle_strategy": "topk"}, r"method.middle_strategy='topk'"),
     ("scaleformer", {"chunk_sise": 10}, r"chunk_sise"),
+    ("sled", {"keep_rule": "middle"}, r"method.keep_rule='middle': must be one of sled, centre"),
+    ("unlimiformer", {"keep_rule": "edge"}, r"method.keep_rule='edge'"),
 ])
 def test_bad_config_values(name, kw, pattern):
     with pytest.raises(ConfigError, match=pattern):
@@ -381,6 +400,7 @@ def test_method_yaml_files(file, want):
 
     cfg = to_config(compose([f"method={file}", "seed=5"])).method
     assert cfg.name == want[0] and cfg.chunk_size == 1024 and cfg.overlap == 150
+    assert getattr(cfg, "keep_rule", "sled") == "sled"
     assert getattr(cfg, "middle_tokens", 0) == want[1]
     if want[0] == "scaleformer":
         assert cfg.boundary_tokens == 1 and cfg.alpha == 0.5 and cfg.middle_seed == 5, "the run's seed"

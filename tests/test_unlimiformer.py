@@ -1,6 +1,8 @@
-"""Unlimiformer on tiny random BART/T5: equals full cross-attention when k covers every state, retrieves
-the true top-k per head otherwise (checked against a brute-force computation), generates with and
-without the cache, trains in every mode with gradients where they should be; config errors."""
+"""Unlimiformer on tiny random BART/T5: the decoder gets [local window | datastore]; retrieval equals full
+cross-attention over the datastore when k covers it, retrieves the true top-k per head otherwise
+(brute-force check); non-retrieving layers and the first decoding step attend to the backbone's own
+encoding of the truncated input; generates with and without the cache; trains in every mode with
+gradients where they should be; config errors."""
 
 from __future__ import annotations
 
@@ -111,39 +113,69 @@ def assert_true_top_k(scores, idx, k):
     assert same[clear].all()
 
 
+def truncated_encoding(model, ids, mask, arch: str):
+    """The backbone's own encoding of the first W tokens, cut documents re-closed with </s> (by hand)."""
+    ids, mask = ids[:, :W].clone(), mask[:, :W]
+    eos = SPECS[arch].suffix_ids[0]
+    ids[:, W - 1] = torch.where(mask[:, W - 1].bool(), eos, ids[:, W - 1])
+    with torch.no_grad():
+        return model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state, mask
+
+
+def parts(m, enc):
+    """(local hidden, local mask, datastore hidden, datastore mask) of an encode's output."""
+    lo = m.state.local
+    return enc.hidden[:, :lo], enc.mask[:, :lo], enc.hidden[:, lo:], enc.mask[:, lo:]
+
+
 # --------------------------------------------------------------------------------------- exactness
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_k_covering_every_state_equals_full_cross_attention(arch, impl):
+def test_k_covering_the_datastore_equals_full_cross_attention_over_it(arch, impl):
     ref = tiny(arch, impl)
     model = copy.deepcopy(ref)
-    m = make(arch)  # k = max positions = 64 >= every state below
+    m = make(arch, training_mode="retrieval")  # k = max positions = 64 >= every datastore state below
     m.wrap(model)
     patched = RetrievalBartAttention if arch == "bart" else RetrievalT5Attention
     assert all(type(x) is patched for x in cross_attentions(model, "test"))
     assert set(model.state_dict()) == set(ref.state_dict())  # checkpoints load both ways
     ids, mask = batch([60, 45], arch)  # two lengths: padding on the second document
-    enc = m.encode(model.get_encoder(), ids, mask, training=False)
-    assert m.state.phase == RETRIEVE and enc.hidden.shape[1] == 60 <= m.state.k
+    enc = m.encode(model.get_encoder(), ids, mask, training=True)  # retrieval training: no first-step rule
+    assert m.state.phase == RETRIEVE and m.state.local == 60
+    _, _, store, store_mask = parts(m, enc)
+    assert store.shape[1] == 60 <= m.state.k and torch.equal(store_mask.sum(1), mask.sum(1))
     dec = dec_ids(2)
 
-    def logits(mdl):
-        return mdl(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, decoder_input_ids=dec).logits
+    def logits(mdl, hidden, hmask):
+        return mdl(encoder_outputs=(hidden,), attention_mask=hmask, decoder_input_ids=dec).logits
 
-    torch.testing.assert_close(logits(model), logits(ref), atol=1e-4, rtol=0)
-    # ... through generation too (cached keys/values, one query per step)
-    kw = dict(attention_mask=enc.mask, num_beams=1, do_sample=False, max_new_tokens=6, min_new_tokens=6,
-              output_scores=True, return_dict_in_generate=True)
-    got = model.generate(encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden), **kw)
-    want = ref.generate(encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden), **kw)
-    assert torch.equal(got.sequences, want.sequences)
-    torch.testing.assert_close(torch.stack(got.scores), torch.stack(want.scores), atol=1e-4, rtol=0)
-    # k far above the number of states is clamped at run time: still exact
-    m.state.k = 10**6
-    torch.testing.assert_close(logits(model), logits(ref), atol=1e-4, rtol=0)
-    # and a small k really changes the attention (the hook is live)
-    m.state.k = 3
-    assert (logits(model) - logits(ref)).abs().max() > 1e-3
+    want = logits(ref, store, store_mask)
+    torch.testing.assert_close(logits(model, enc.hidden, enc.mask), want, atol=1e-4, rtol=0)
+    m.state.k = 10**6  # k far above the number of states is clamped at run time: still exact
+    torch.testing.assert_close(logits(model, enc.hidden, enc.mask), want, atol=1e-4, rtol=0)
+    m.state.k = 3  # a small k really changes the attention (the hook is live)
+    assert (logits(model, enc.hidden, enc.mask) - want).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_first_decoding_step_attends_to_the_local_window(arch):
+    """As the reference (is_first_test_decoding_step): step 1 is the backbone reading the truncated input."""
+    ref = tiny(arch)
+    model = copy.deepcopy(ref)
+    m = make(arch, k=4)
+    m.wrap(model)
+    ids, mask = batch([100, 70], arch)
+    enc = m.encode(model.get_encoder(), ids, mask, training=False)
+    local, local_mask = truncated_encoding(model, ids, mask, arch)
+    torch.testing.assert_close(parts(m, enc)[0], local, atol=1e-4, rtol=1e-4)
+    local = parts(m, enc)[0]
+    kw = dict(num_beams=1, do_sample=False, max_new_tokens=4, min_new_tokens=4, output_scores=True,
+              return_dict_in_generate=True)
+    got = model.generate(encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden), attention_mask=enc.mask, **kw)
+    want = ref.generate(encoder_outputs=BaseModelOutput(last_hidden_state=local), attention_mask=local_mask, **kw)
+    torch.testing.assert_close(got.scores[0], want.scores[0], atol=1e-4, rtol=0)
+    finite = got.scores[1].isfinite() & want.scores[1].isfinite()
+    assert (got.scores[1] - want.scores[1])[finite].abs().max() > 1e-3  # later steps retrieve
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -156,19 +188,23 @@ def test_small_k_retrieves_the_true_top_k_per_head(arch):
     seen = capture(model)
     ids, mask = batch([100, 70], arch)  # longer than the 64-token window
     enc = m.encode(model.get_encoder(), ids, mask, training=False)
+    local, local_mask, store, store_mask = parts(m, enc)
     model(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, decoder_input_ids=dec_ids(2))
     for i, mod in enumerate(cross_attentions(model, "test")):
         h, out = seen[i]
-        idx = m.state.retrieved[i]
+        idx = m.state.retrieved[i]  # datastore indices
         assert idx.shape == (2, 2, 7, k)  # [batch, heads, queries, k]
-        scores, values, o_p = brute(mod, h, enc.hidden, enc.mask)
+        scores, values, o_p = brute(mod, h, store, store_mask)
         assert_true_top_k(scores, idx, k)
         keep = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, idx, True)
-        torch.testing.assert_close(out, restricted(scores, values, o_p, keep), atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(out[:, 1:], restricted(scores, values, o_p, keep)[:, 1:], atol=1e-5, rtol=1e-4)
+        scores, values, o_p = brute(mod, h, local, local_mask)  # decoder position 0: the local window
+        torch.testing.assert_close(out[:, :1], restricted(scores, values, o_p, scores > float("-inf"))[:, :1],
+                                   atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_layers_outside_the_range_attend_to_the_first_window(arch):
+def test_layers_outside_the_range_attend_to_the_truncated_input_encoded_as_one_window(arch):
     model = tiny(arch)
     m = make(arch, k=5, layers=[1, 2])  # layer 0 keeps the backbone's window
     m.wrap(model)
@@ -179,12 +215,14 @@ def test_layers_outside_the_range_attend_to_the_first_window(arch):
     model(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, decoder_input_ids=dec_ids(2))
     mods = cross_attentions(model, "test")
     assert set(m.state.retrieved) == {1}
+    local, local_mask = truncated_encoding(model, ids, mask, arch)  # not the first packed chunk states
+    torch.testing.assert_close(parts(m, enc)[0], local, atol=1e-4, rtol=1e-4)
+    local = parts(m, enc)[0]
     h, out = seen[0]
-    scores, values, o_p = brute(mods[0], h, enc.hidden, enc.mask)
-    window = (torch.arange(enc.hidden.shape[1]) < W).expand_as(scores)
-    torch.testing.assert_close(out, restricted(scores, values, o_p, window), atol=1e-5, rtol=1e-4)
+    scores, values, o_p = brute(mods[0], h, local, local_mask)
+    torch.testing.assert_close(out, restricted(scores, values, o_p, scores > float("-inf")), atol=1e-5, rtol=1e-4)
     h, out = seen[1]
-    scores, values, o_p = brute(mods[1], h, enc.hidden, enc.mask)
+    scores, values, o_p = brute(mods[1], h, *parts(m, enc)[2:])
     assert_true_top_k(scores, m.state.retrieved[1], 5)
 
 
@@ -192,13 +230,14 @@ def test_layers_outside_the_range_attend_to_the_first_window(arch):
 def test_k_above_a_documents_real_states_is_full_attention_for_that_document(arch):
     ref = tiny(arch)
     model = copy.deepcopy(ref)
-    m = make(arch, k=10)
+    m = make(arch, k=10, training_mode="retrieval")
     m.wrap(model)
-    ids, mask = batch([60, 8], arch)  # 60 states in all; the second document has only 8 < k
-    enc = m.encode(model.get_encoder(), ids, mask, training=False)
+    ids, mask = batch([60, 8], arch)  # 60 datastore states in all; the second document has only 8 < k
+    enc = m.encode(model.get_encoder(), ids, mask, training=True)
+    _, _, store, store_mask = parts(m, enc)
     dec = dec_ids(2)
-    got, want = (mdl(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, decoder_input_ids=dec).logits
-                 for mdl in (model, ref))
+    got = model(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, decoder_input_ids=dec).logits
+    want = ref(encoder_outputs=(store,), attention_mask=store_mask, decoder_input_ids=dec).logits
     torch.testing.assert_close(got[1], want[1], atol=1e-4, rtol=0)  # padding took the spare slots, weight 0
     assert (got[0] - want[0]).abs().max() > 1e-3  # 10 of 60: retrieval
 
@@ -258,19 +297,23 @@ def test_training_modes_run_and_gradients_reach_what_was_attended(arch, mode):
             assert phase == FULL and enc.hidden.shape[1] == W
             assert torch.equal(reached, enc.mask.bool())
             continue
-        assert torch.equal(enc.mask.sum(1), lengths)  # the whole input is encoded
+        lo = m.state.local
+        assert torch.equal(enc.mask[:, lo:].sum(1), lengths)  # the whole input is in the datastore
         assert phase == {"random_encoded": RANDOM, "retrieval": RETRIEVE}.get(mode, [RETRIEVE, RANDOM][step])
         if phase == RANDOM:
+            assert lo == 0  # the datastore only
             keep = m.state.random_keep  # [layers, B, T]
             assert torch.equal(keep.sum(-1), torch.full((2, 2), k))
             assert not (keep & ~enc.mask.bool()).any()
             assert not torch.equal(keep[0], keep[1])  # a fresh subset per layer
             assert torch.equal(reached, keep.any(0))
         else:
-            used = torch.zeros_like(reached)
-            for idx in m.state.retrieved.values():  # [B, H, Q, k]
+            assert lo == W  # the local window first
+            assert not reached[:, :lo].any()  # every layer retrieves, at every position in training
+            used = torch.zeros_like(reached[:, lo:])
+            for idx in m.state.retrieved.values():  # [B, H, Q, k] datastore indices
                 used.scatter_(1, idx.flatten(1), True)
-            assert torch.equal(reached, used & enc.mask.bool())
+            assert torch.equal(reached[:, lo:], used & enc.mask[:, lo:].bool())
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -304,9 +347,25 @@ def test_query_prefix_is_encoded_once_in_both_phases():
     prefix = torch.tensor([[5, 6, 7], [8, 9, 1]])  # the second query is 2 tokens + padding
     pmask = (prefix != 1).long()
     enc = m.encode(model.get_encoder(), ids, mask, training=False, prefix_ids=prefix, prefix_mask=pmask)
-    assert torch.equal(enc.mask.sum(1), mask.sum(1) + pmask.sum(1))  # every token once, the query once
+    lo = m.state.local
+    assert lo == W and torch.equal(enc.mask[:, :lo].sum(1), torch.tensor([W, W]))  # prefix + document, cut
+    assert torch.equal(enc.mask[:, lo:].sum(1), mask.sum(1) + pmask.sum(1))  # every token once, the query once
+    assert m.decoder_length(100) == W + 100
     enc = m.encode(model.get_encoder(), ids, mask, training=True, prefix_ids=prefix, prefix_mask=pmask)
     assert m.state.phase == FULL and torch.equal(enc.mask.sum(1), torch.tensor([W, W]))  # truncation
+
+
+def test_defaults_are_the_reference_implementations():
+    """src/run.py UnlimiformerArguments: all layers, overlap 0.5, chunk = window; k = the window."""
+    from conftest import compose
+
+    from scaleformer.config import to_config
+
+    cfg = to_config(compose(["method=unlimiformer"])).method
+    assert (cfg.layers, cfg.k, cfg.chunk_size, cfg.overlap, cfg.keep_rule, cfg.training_mode) == \
+        (None, None, 1024, 512, "sled", "standard")
+    spec = BackboneSpec(max_positions=1024, pad_id=1, prefix_ids=(0,), suffix_ids=(2,), d_model=16)
+    assert build_method(cfg, spec).state.k == 1024
 
 
 # ----------------------------------------------------------------------------------------- bad input

@@ -155,6 +155,12 @@ class SummarizationDataModule(pl.LightningDataModule):
         wanted = STAGE_ROLES.get(stage, ROLES) if stage else ROLES
         self._ensure([r for r in wanted if r in self.roles()])
 
+    def longest_prefix(self) -> int:
+        """Tokens of the longest query prefix in the loaded splits (0 without prefixes): for start-up checks."""
+        lengths = [np.diff(ds.arrays["prefix_offsets"]) for ds in self.datasets.values()
+                   if "prefix_offsets" in ds.arrays and len(ds.arrays["prefix_offsets"]) > 1]
+        return max((int(x.max()) for x in lengths), default=0)
+
     def has_split(self, split: str) -> bool:
         """Whether `split` is configured and (once set up) has at least one example."""
         if split not in self.roles():

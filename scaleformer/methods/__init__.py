@@ -4,6 +4,7 @@
 - ``truncation``: the first window only (the paper's "Standard");
 - ``chunked``: overlapping-chunk machinery shared by the four methods below;
 - ``sled``, ``scaleformer`` (ScaleFormer and + Middle), ``unlimiformer``, ``memorizing``;
+- ``datastore``: the local window + SLED datastore the two retrieval methods give the decoder;
 - ``masformer``: MASFormer and its attention-span baselines (block, sliding window, full).
 
 Adding a method = one module here + one file in conf/method/; the benchmark and the tables find it

@@ -78,6 +78,9 @@ class Method(ABC):
     ) -> Encoded:
         """Encode the long inputs into what the decoder attends to."""
 
+    def check_prefix(self, n_tokens: int) -> None:  # noqa: B027 (optional hook)
+        """Raise ConfigError if a query prefix of `n_tokens` cannot be encoded (checked at start-up)."""
+
     def decoder_length(self, n_tokens: int) -> int:
         """Length of the decoder's encoder-side input for one document of n_tokens (for benchmarks)."""
         raise NotImplementedError

@@ -4,6 +4,14 @@ Config fields and their validation, the chunk layout of a batch, micro-batched e
 only the positions a method asks for, and packing the kept states for the decoder. A subclass
 chooses which positions each chunk contributes (:meth:`ChunkedMethod.select`) and may transform
 them (:meth:`ChunkedMethod.combine`, e.g. ScaleFormer's fusion).
+
+A query prefix (``prefix_ids``) is handled as SLED does with ``prepend_prefix`` and ``encode_prefix``
+(Mivg/SLED ``sled/modeling_sled.py``, ``SledPretrainedModel._run_sliding_window_forward_loop`` /
+``_stacked`` and ``_handle_prefix``): it is prepended to every chunk, on top of the ``chunk_size``
+window (``prefix + chunk_size`` must fit the backbone's max positions), the copies encoded with the
+chunks are dropped, and the copy the decoder sees is the prefix encoded on its own, placed before the
+document. Ours: prefixes are packed per document (no padding to a common prefix length, which SLED's
+data pipeline needs); the prefix rows are encoded in the same micro-batches as the chunks.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from scaleformer.chunking import (
     gather_chunk_ids,
     layout_chunks,
     pack_rows,
+    prefix_rows,
 )
 from scaleformer.config import check
 from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig
@@ -29,7 +38,7 @@ from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig
 @dataclass
 class ChunkedConfig(MethodConfig):
     name: str = MISSING
-    # Encoder window L: tokens per chunk, query prefix and per-chunk special tokens included.
+    # Encoder window L: tokens per chunk (per-chunk special tokens included); a query prefix comes on top.
     chunk_size: int = 1024
     # Tokens shared by consecutive chunks (O); the last chunk ends at the document end, overlapping more.
     overlap: int = 150
@@ -71,6 +80,10 @@ class ChunkedMethod(Method):
                   f"({c.chunk_size - n_spec}) with method.chunk_special_tokens=true")
 
     # ------------------------------------------------------------------------------ planning (CPU)
+    def check_prefix(self, n_tokens: int) -> None:
+        if n_tokens:  # the layout of a one-token document with that prefix raises what the first batch would
+            self.layout(torch.tensor([1]), torch.tensor([n_tokens]))
+
     def layout(self, doc_len: torch.Tensor, prefix_len: torch.Tensor | None = None) -> ChunkLayout:
         """Chunk rows for documents of ``doc_len`` tokens (specials included), with optional prefixes."""
         doc_len = doc_len.long().cpu()  # one small host copy per batch: every shape depends on it
@@ -80,7 +93,7 @@ class ChunkedMethod(Method):
         c = self.cfg
         return layout_chunks(doc_len, prefix_len, chunk_size=c.chunk_size, overlap=c.overlap,
                              n_head=len(self.spec.prefix_ids), n_tail=len(self.spec.suffix_ids),
-                             chunk_special_tokens=c.chunk_special_tokens)
+                             chunk_special_tokens=c.chunk_special_tokens, max_positions=self.spec.max_positions)
 
     def select(self, layout: ChunkLayout, training: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Row positions to keep ``[R, G]`` and which are real ``[R, G]`` (CPU; invalid ones = 0)."""
@@ -93,6 +106,20 @@ class ChunkedMethod(Method):
     # ------------------------------------------------------------------------------------ encoding
     def encode(self, encoder, input_ids, attention_mask, *, training: bool, prefix_ids=None,
                prefix_mask=None) -> Encoded:
+        return self.encode_with_layout(encoder, input_ids, attention_mask, training=training,
+                                       prefix_ids=prefix_ids, prefix_mask=prefix_mask)[0]
+
+    def encode_with_layout(
+        self,
+        encoder: torch.nn.Module,
+        input_ids: torch.Tensor,  # [batch, N]
+        attention_mask: torch.Tensor,  # [batch, N]
+        *,
+        training: bool,
+        prefix_ids: torch.Tensor | None = None,  # [batch, P]
+        prefix_mask: torch.Tensor | None = None,  # [batch, P]
+    ) -> tuple[Encoded, ChunkLayout]:
+        """:meth:`encode`, also returning the batch's chunk layout (its CPU lengths, for subclasses)."""
         dev = input_ids.device
         batch = input_ids.shape[0]
         if prefix_ids is not None and prefix_mask is None:
@@ -107,24 +134,38 @@ class ChunkedMethod(Method):
         wrap = self.cfg.chunk_special_tokens
         ids, mask = gather_chunk_ids(lay, input_ids, pad_id=spec.pad_id,
                                      head_ids=spec.prefix_ids if wrap else (),
-                                     tail_ids=spec.suffix_ids if wrap else (), prefix_ids=prefix_ids)
-        mask = mask.to(attention_mask.dtype)
+                                     tail_ids=spec.suffix_ids if wrap else (), prefix_ids=prefix_ids)  # [R, W]
         pos, valid = self.select(lay, training)  # [R, G] CPU
         picks: list = [(None, pos.to(dev))]
-        p_max = int(lay.doc_prefix.max()) if prefix_len is not None else 0
-        if p_max:
-            first = lay.table.first  # [batch] row holding each document's prefix copy we keep
+        row_len = lay.row_len  # [R] CPU
+        p_max = int(lay.doc_prefix.max()) if prefix_ids is not None else 0
+        if p_max:  # the kept prefix copy: each prefix encoded on its own, in extra rows after the chunks
+            docs, p_ids, p_mask = prefix_rows(prefix_ids, lay.doc_prefix, pad_id=spec.pad_id)  # [B'], [B', P]
+            width = max(ids.shape[1], p_max)
+            ids = torch.cat([_pad_to(ids, width, spec.pad_id), _pad_to(p_ids, width, spec.pad_id)])
+            mask = torch.cat([_pad_to(mask, width, 0), _pad_to(p_mask, width, 0)])
+            row_len = torch.cat([row_len, lay.doc_prefix[docs]])
+            n_rows = lay.table.rows
             j = torch.arange(p_max)[None, :]  # [1, P]
-            picks.append((first, torch.minimum(j, lay.row_len[first][:, None] - 1).to(dev)))  # [batch, P]
+            picks = [(torch.arange(n_rows), picks[0][1]),
+                     (n_rows + torch.arange(docs.shape[0]), torch.minimum(j, lay.doc_prefix[docs][:, None] - 1).to(dev))]
         micro = self.cfg.encoder_batch_size or auto_encoder_batch_size(
             ids.device, ids.shape[1], self.spec, training=training and torch.is_grad_enabled())
-        kept, *pre = encode_chunks(encoder, ids, mask, lay.row_len, micro, picks)
+        kept, *pre = encode_chunks(encoder, ids, mask.to(attention_mask.dtype), row_len, micro, picks)
         rows = self.combine(kept, lay)  # [R, G, d]
-        head = (pre[0], torch.arange(p_max)[None, :] < lay.doc_prefix[:, None]) if p_max else None
+        head = None
+        if p_max:
+            vals = pre[0].new_zeros(batch, p_max, pre[0].shape[-1]).index_copy(0, docs.to(dev), pre[0])  # [batch, P, d]
+            head = (vals, torch.arange(p_max)[None, :] < lay.doc_prefix[:, None])
         hidden, out_mask = pack_rows(rows, valid, lay.table.doc, batch, head, attention_mask.dtype)
-        return Encoded(hidden, out_mask)
+        return Encoded(hidden, out_mask), lay
 
     def decoder_length(self, n_tokens: int) -> int:
         """Decoder-side length for one document of ``n_tokens`` (specials included), no prefix."""
         _, valid = self.select(self.layout(torch.tensor([n_tokens])), training=False)
         return int(valid.sum())
+
+
+def _pad_to(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
+    """Right-pad the last dimension of ``x`` [rows, w] to ``width``."""
+    return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)

@@ -2,10 +2,18 @@
 context (eqs. 2-5), plus optional middle tokens, concatenated for the decoder (eq. 6).
 
 Per chunk the decoder gets ``L'_i (k) | M_i (<= m) | R'_i (k)``: left/right are the first/last k
-positions of the encoded chunk (after any query prefix; never pads), middle tokens come from the
-interior (not boundary slots, not special tokens), in document order. A chunk shorter than 2k (only
-possible for a document that is a single short chunk) yields each of its tokens once. Only these
-positions are kept from each encoder micro-batch.
+positions of the encoded chunk (eq. 1: of H_i, after any query prefix; never pads). With raw slices
+(``chunk_special_tokens=false``) the first chunk starts with the document's ``<s>`` (BART) and the
+last ends with its ``</s>``, so L_1 / R_C hold them: the paper takes the first/last k positions of
+every chunk. Middle tokens come from the interior (not boundary slots, not special tokens), in
+document order. A chunk shorter than 2k (only possible for a document that is a single short chunk)
+yields each of its tokens once. Only these positions are kept from each encoder micro-batch.
+
+Middle tokens (section 3.3, "random sampling"): in training a fresh uniform draw per chunk and step
+(torch's RNG); at evaluation a reproducible draw, the top-m of a hash of (``middle_seed``, the
+chunk's index in its document, the document position), so the same config gives the same tokens
+whatever the batch, and overlapping chunks draw independently, as in training (ours: the paper does
+not say how evaluation samples). ``uniform`` (ours) spaces them evenly.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from typing import ClassVar
 import torch
 
 from scaleformer.chunking import ChunkLayout
-from scaleformer.config import ConfigError, check
+from scaleformer.config import check
 from scaleformer.fusion import span_cumulation
 from scaleformer.methods.chunked import ChunkedConfig, ChunkedMethod
 
@@ -56,16 +64,6 @@ class ScaleFormer(ChunkedMethod):
     Config = ScaleFormerConfig
     cfg: ScaleFormerConfig
 
-    def layout(self, doc_len: torch.Tensor, prefix_len: torch.Tensor | None = None) -> ChunkLayout:
-        lay = super().layout(doc_len, prefix_len)
-        k, size = self.cfg.boundary_tokens, self.cfg.chunk_size
-        room = size - int(lay.doc_prefix.max())
-        if 2 * k > room:
-            raise ConfigError(f"method.boundary_tokens={k}: 2 * boundary_tokens must be <= the "
-                              f"{room} chunk tokens a {size - room}-token prefix leaves "
-                              f"(method.chunk_size={size})")
-        return lay
-
     def select(self, layout: ChunkLayout, training: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions ``[R, 2k + m]`` laid out as left k | middle m | right k, and which are emitted."""
         k, m = self.cfg.boundary_tokens, self.cfg.middle_tokens
@@ -103,8 +101,9 @@ class ScaleFormer(ChunkedMethod):
             c = torch.arange(width)[None, :]  # [1, W] candidate offsets
             if training:  # a fresh draw every step (torch's RNG, seeded by the trainer)
                 score = torch.randint(0, _MASK32 + 1, (rows, width))
-            else:  # reproducible: a hash of (seed, position in the document), whatever the batch
-                score = hash32(layout.doc_position(lo + c), self.cfg.middle_seed)
+            else:  # reproducible, whatever the batch; independent across chunks (their index is hashed)
+                chunk_seed = hash32(layout.table.index, self.cfg.middle_seed)[:, None]  # [R, 1]
+                score = hash32(layout.doc_position(lo + c), chunk_seed)  # [R, W]
             key = (score * width + c).masked_fill(c >= n_mid, -1)  # [R, W] unique keys, -1 = not a candidate
             offset = key.topk(m_eff, dim=1).indices.sort(dim=1).values  # [R, m'] ascending = document order
         return torch.where(ok, lo + offset, 0), ok
@@ -133,11 +132,11 @@ def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
     return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & _MASK32
 
 
-def hash32(pos: torch.Tensor, seed: int) -> torch.Tensor:
-    """Integer hash of (seed, position) in [0, 2**32): deterministic on any device, vectorised."""
+def hash32(x: torch.Tensor, seed: int | torch.Tensor) -> torch.Tensor:
+    """Integer hash of (seed, x) in [0, 2**32), elementwise (``seed`` broadcasts): same on any device."""
     s = seed & _MASK32
     s = ((s ^ (s >> 16)) * 0x45D9F3B) & _MASK32
-    x = (pos.long() & _MASK32) ^ s
+    x = (x.long() & _MASK32) ^ s
     x = _mul32(x ^ (x >> 16), 0x7FEB352D)
     x = _mul32(x ^ (x >> 15), 0x846CA68B)
     return x ^ (x >> 16)

@@ -1,4 +1,16 @@
-"""SLED (Ivgi et al. 2023): overlapping chunks, each token passed to the decoder exactly once."""
+"""SLED (Ivgi et al. 2023): overlapping chunks, each token passed to the decoder exactly once.
+
+Which chunk passes a token on follows SLED's own code by default (``method.keep_rule=sled``:
+``SledPretrainedModel._window_indices`` in Mivg/SLED ``sled/modeling_sled.py``): the first chunk keeps
+its start, every middle chunk its centre (``overlap / 2`` dropped at each side), the last chunk
+everything from the previous chunk's kept end to the document end. ``method.keep_rule=centre`` splits
+every overlap, the last one included, at its midpoint. See :func:`scaleformer.chunking.keep_spans`.
+
+Chunks are raw slices of the one tokenized document by default (SLED slices ``input_ids`` as they
+are), so the decoder sees the document's own ``<s>``/``</s>`` once. A query prefix is prepended to
+every chunk on top of ``chunk_size`` and the decoder gets the prefix encoded on its own, before the
+document (SLED's ``prepend_prefix`` + ``encode_prefix``; see :mod:`scaleformer.methods.chunked`).
+"""
 
 from __future__ import annotations
 
@@ -6,32 +18,36 @@ from dataclasses import dataclass
 
 import torch
 
-from scaleformer.chunking import ChunkLayout
+from scaleformer.chunking import KEEP_RULES, ChunkLayout, keep_spans
+from scaleformer.config import check
 from scaleformer.methods.chunked import ChunkedConfig, ChunkedMethod
 
 
 @dataclass
 class SledConfig(ChunkedConfig):
     name: str = "sled"
+    # Which chunk passes each token on: "sled" (SLED's _window_indices) or "centre" (midpoint of every overlap).
+    keep_rule: str = "sled"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.keep_rule in KEEP_RULES, "method.keep_rule", self.keep_rule,
+              f"must be one of {', '.join(KEEP_RULES)}")
 
 
 class Sled(ChunkedMethod):
-    """Every token reaches the decoder once, from the chunk where it is furthest from a chunk edge.
-
-    Consecutive chunks split their overlap at its midpoint (for equal-length chunks that is exactly
-    "furthest from an edge"); the first chunk keeps its start, the last keeps its end. With a query
-    prefix, only the first chunk's encoded copy of it is kept, placed before the document.
-    """
+    """Every token reaches the decoder once, from the chunk the keep rule assigns it to."""
 
     name = "sled"
     Config = SledConfig
+    cfg: SledConfig
 
     def select(self, layout: ChunkLayout, training: bool) -> tuple[torch.Tensor, torch.Tensor]:
         t = layout.table
-        end = t.start + t.length  # [R] content coordinates
-        cut = (t.start.roll(-1) + end) // 2  # [R] split with the next chunk (unused for last chunks)
-        lo = torch.where(t.is_first, 0, cut.roll(1) - t.start + layout.head)  # [R] segment coordinates
-        hi = torch.where(t.is_last, layout.seg_len, cut - t.start + layout.head)  # [R]
+        keep_lo, keep_hi = keep_spans(t, self.cfg.overlap, self.cfg.keep_rule)  # [R] content coordinates
+        # Segment coordinates; the first chunk also keeps its head specials, the last its tail specials.
+        lo = torch.where(t.is_first, 0, keep_lo - t.start + layout.head)  # [R]
+        hi = torch.where(t.is_last, layout.seg_len, keep_hi - t.start + layout.head)  # [R]
         count = hi - lo  # [R]
         j = torch.arange(int(count.max()))[None, :]  # [1, G]
         valid = j < count[:, None]  # [R, G]

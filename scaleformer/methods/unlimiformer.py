@@ -1,46 +1,61 @@
 """Unlimiformer (Bertsch et al. 2023): every cross-attention head retrieves its top-k encoder states.
 
-The input is encoded in overlapping chunks exactly as SLED does (every token kept once, from the
-chunk where it is furthest from an edge), so the decoder's "datastore" is the whole document. At
-generation, each cross-attention layer in ``method.layers`` attends, per head and per decoding step,
-to the k encoder states with the highest score ``q . k`` instead of to all of them (k defaults to
-the backbone's max positions, the window the model was trained on). The search is exact: one matmul
-over the keys projected from all states plus ``topk`` on the device, so the result equals full
-cross-attention restricted to those k keys (softmax over the k). Layers outside ``method.layers``
-attend to the first window only, as in the reference implementation where those layers see the
-truncated input. See :mod:`scaleformer.retrieval` for the hook.
+As the reference implementation (abertsch72/unlimiformer, ``src/unlimiformer.py``, class
+``Unlimiformer``) does it, with its defaults (``src/run.py``, ``UnlimiformerArguments``):
 
-Training modes (``method.training_mode``):
+* Datastore: the whole input encoded in overlapping chunks with SLED's windows and keep rule
+  (``window_indices``, copied from SLED; ``chunked_encode_input``, ``reset_memory``). Chunks of the
+  backbone's window (``unlimiformer_chunk_size=None`` -> ``window_size()``: 1024 for BART) overlapping
+  by half (``unlimiformer_chunk_overlap=0.5``: ``window_margin = int(1024 * 0.5 / 2)``, O = 512).
+* Retrieving layers: ``layer_begin=0, layer_end=None``, i.e. every decoder layer (``method.layers``
+  null); every head (``unlimiformer_head_num=None``). At each decoding step each head attends to its
+  top-k datastore keys by ``q . k`` (``attention_forward_hook``: ``torch.topk`` over
+  ``prompt_keys``), softmax over those k. k = the number of states of the first window
+  (``topk = min(prompt_size, window_size)``), i.e. the backbone's max positions for long inputs
+  (``method.k`` null). The search here is exact (one matmul + topk on the device).
+* Layers outside ``method.layers`` attend to the local window, the backbone's own encoding of the
+  truncated input: the reference generates from ``input_ids[:, :window]`` (``pre_generate_hook``)
+  and only the layers in range are hooked (``inject_hooks``).
+* First decoding step: no retrieval; every layer attends to the local window
+  (``pre_forward_hook`` sets ``is_first_test_decoding_step`` when there is no cache yet;
+  ``attention_forward_hook`` returns early). Here decoder position 0 does so whether or not a cache
+  is used, so cached and uncached generation agree. Training retrieves at every position
+  (``train_attention_forward_hook`` has no such step).
 
-* ``standard``: the model trains like truncation (input cut to the backbone's max positions, plain
-  cross-attention); Unlimiformer is applied at evaluation only (the paper's cheap setting).
-* ``random_encoded``: the full input is encoded in chunks; each decoder layer in range attends to a
-  random subset of k of its encoded states (fresh per step, layer and document, shared by heads).
-* ``retrieval``: training attends exactly as generation does (top-k of all states).
-* ``alternating``: retrieval and random-encoded training on alternate steps.
+Training modes (``method.training_mode``; the reference's flags in brackets):
 
-Bad input: k < 1 is a config error; k larger than the number of encoder states is clamped at run
-time (the number varies per batch), which is full cross-attention; a layer range outside the
-decoder is a config error raised when the model is wrapped (the decoder's depth is read there).
+* ``standard`` (default: no flag; the README's "train as usual, Unlimiformer at test"): the model
+  trains like truncation (input cut to the backbone's max positions, plain cross-attention).
+* ``random_encoded`` (``random_unlimiformer_training``): the full input is encoded in chunks; each
+  decoder layer in range attends to a random subset of k datastore states (fresh per step, layer and
+  document, shared by heads: ``sample_random_indices``); the other layers see the first
+  max-positions datastore states (``random_inputs_forward_hook``: ``long_inputs_encoded[:, :window]``).
+* ``retrieval`` (``unlimiformer_training``): training attends as generation does, top-k at every
+  position, with the local window for the other layers (``pre_forward_hook``, training branch).
+* ``alternating`` (both flags): retrieval on the first step and every other one, random-encoded on
+  the rest (``RandomTrainingUnlimiformer.pre_train_hook``: ``train_step % 2 == 0``).
+
+Bad input: k < 1 is a config error; k larger than the number of datastore states is clamped at run
+time (the number varies per batch), which is full cross-attention over the datastore; a layer range
+outside the decoder is a config error raised when the model is wrapped (the decoder's depth is read
+there). See :mod:`scaleformer.retrieval` for the hook and :mod:`scaleformer.methods.datastore` for
+the two encodings.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
 from scaleformer.config import check
 from scaleformer.methods.base import BackboneSpec, Encoded
-from scaleformer.methods.chunked import ChunkedConfig
-from scaleformer.methods.sled import Sled
-from scaleformer.methods.truncation import Truncation, TruncationConfig
+from scaleformer.methods.datastore import DatastoreMethod
+from scaleformer.methods.sled import SledConfig
 from scaleformer.retrieval import (
     FULL,
     RANDOM,
     RETRIEVE,
-    RetrievalState,
     cross_attentions,
     patch_cross_attention,
     resolve_range,
@@ -50,13 +65,13 @@ TRAINING_MODES = ("standard", "random_encoded", "retrieval", "alternating")
 
 
 @dataclass
-class UnlimiformerConfig(ChunkedConfig):
+class UnlimiformerConfig(SledConfig):
     name: str = "unlimiformer"
-    # The reference implementation's default chunk overlap is half a chunk.
+    # The reference's default chunk overlap is half a chunk (unlimiformer_chunk_overlap=0.5).
     overlap: int = 512
-    # Keys retrieved per query and head; None = the backbone's max positions (1024 for BART).
+    # Keys retrieved per query and head; None = the backbone's max positions (the reference's window).
     k: int | None = None
-    # Decoder layers that retrieve, [start, end) (negatives count from the end); None = all (paper).
+    # Decoder layers that retrieve, [start, end) (negatives count from the end); None = all (the reference).
     layers: list[int] | None = None
     training_mode: str = "standard"
 
@@ -69,8 +84,8 @@ class UnlimiformerConfig(ChunkedConfig):
               f"must be one of {', '.join(TRAINING_MODES)}")
 
 
-class Unlimiformer(Sled):
-    """SLED's encoding + top-k retrieval cross-attention in the decoder (needs :meth:`wrap`)."""
+class Unlimiformer(DatastoreMethod):
+    """Local window + SLED datastore; top-k retrieval cross-attention in the decoder (needs :meth:`wrap`)."""
 
     name = "unlimiformer"
     Config = UnlimiformerConfig
@@ -78,12 +93,13 @@ class Unlimiformer(Sled):
 
     def __init__(self, cfg: UnlimiformerConfig, spec: BackboneSpec) -> None:
         super().__init__(cfg, spec)
-        self.state = RetrievalState(k=cfg.k or spec.max_positions, window=spec.max_positions)
-        self._truncation = Truncation(TruncationConfig(), spec)  # standard training: the first window
         self._steps = 0  # training encodes so far (alternating mode)
 
+    def k_resolved(self) -> int:
+        return self.cfg.k or self.spec.max_positions
+
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Patch every decoder cross-attention: ``method.layers`` retrieve, the others see the first window."""
+        """Patch every decoder cross-attention: ``method.layers`` retrieve, the others see the local window."""
         mods = cross_attentions(model, self.name)
         start, end = resolve_range(self.cfg.layers, len(mods), "method.layers")
         for i, m in enumerate(mods):
@@ -105,11 +121,19 @@ class Unlimiformer(Sled):
                training: bool, prefix_ids: torch.Tensor | None = None,
                prefix_mask: torch.Tensor | None = None) -> Encoded:
         phase = self.phase(training)
-        source = self._truncation if phase == FULL else super()
-        enc = source.encode(encoder, input_ids, attention_mask, training=training, prefix_ids=prefix_ids,
-                            prefix_mask=prefix_mask)
-        self.state.begin(phase, enc.mask)
+        kw = dict(training=training, prefix_ids=prefix_ids, prefix_mask=prefix_mask)
+        if phase == FULL:
+            enc = self.local_window.encode(encoder, input_ids, attention_mask, **kw)
+            self.state.begin(FULL, enc.mask)
+            return enc
+        window, store, _ = self.encode_parts(encoder, input_ids, attention_mask, local=phase != RANDOM, **kw)
+        if window is None:  # random-encoded: the datastore only; other layers see its first window
+            self.state.begin(RANDOM, store.mask)
+            return store
+        enc = self.join(window, store.hidden, store.mask)
+        self.state.begin(RETRIEVE, enc.mask, local=window.hidden.shape[1], local_first_step=not training)
         return enc
 
-    def describe(self) -> dict[str, Any]:
-        return asdict(self.cfg) | {"k_resolved": self.state.k}
+    def decoder_length(self, n_tokens: int) -> int:
+        """Encoder states the decoder gets at evaluation: the local window plus the datastore."""
+        return self.local_window.decoder_length(n_tokens) + super().decoder_length(n_tokens)
