@@ -25,6 +25,7 @@ from conftest import ROOT, compose
 
 from scaleformer.config import ConfigError, DataConfig, SplitNames, to_config
 from scaleformer.data import DataError
+from scaleformer.runtime import RunInUseError
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,24 @@ def with_checkpoint(meta: dict[str, Any], *overrides: str) -> Callable[[Path], A
         torch.save({"state_dict": {}, "global_step": 7, "scaleformer": meta}, tmp / "other.ckpt")
         return start("trainer.ckpt_path={tmp}/other.ckpt", *overrides)(tmp)
     return go
+
+
+def while_running(*overrides: str) -> Callable[[Path], Any]:
+    """``run`` while another process holds the run folder (its lock taken here, as that process would)."""
+    def go(tmp: Path) -> Any:
+        from scaleformer import runtime
+
+        rc = to_config(compose(["debug=default", f"paths.root={tmp}/results", *overrides]))
+        with runtime.run_lock(Path(rc.paths.run_dir)):
+            return start(*overrides)(tmp)
+    return go
+
+
+def unwritable_root(tmp: Path) -> Any:
+    from scaleformer.run import run
+
+    (tmp / "f").write_text("a file where the results folder should be")
+    return run(compose(["debug=default", f"paths.root={tmp}/f", f"paths.cache={tmp}/cache"]))
 
 
 def score(content: bytes, *args: str) -> Callable[[Path], Any]:
@@ -232,8 +251,12 @@ CASES = [
         r"--out .*p\.jsonl/m\.json: cannot write", SystemExit),
     Bad("score-batch-size", score(jsonl(PRED), "--batch-size", "0"), r"metrics\.bertscore\.batch_size=0: must be > 0",
         SystemExit),
-    # run lock and multirun cells: rows go here with that work (one process per run folder; a failed
-    # cell recorded with its error)
+    # the run folder: one process at a time; folders that must take files
+    Bad("run-already-running", while_running(),
+        r"^run folder .*/results/runs/synthetic-scaleformer_middle-tiny_bart-\w+ is in use \(pid \d+ on .*\): "
+        r"wait for that run to finish, or set run_name=", RunInUseError),
+    Bad("results-root-is-a-file", unwritable_root,
+        r"^paths\.run_dir='.*/f/runs/.*': not writable", ConfigError),
 ]
 
 
