@@ -13,8 +13,8 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from transformers import PreTrainedModel, get_linear_schedule_with_warmup
-from transformers.modeling_outputs import BaseModelOutput
 
+from scaleformer import decoding
 from scaleformer.config import ConfigError, GenerationConfig, OptimConfig
 from scaleformer.methods.base import Encoded, Method
 
@@ -97,10 +97,9 @@ class SummarizationModule(pl.LightningModule):
     def generate(self, batch: dict[str, Any]) -> list[str]:
         enc = self.encode(batch, training=False)
         g = self.gen_cfg
-        # A fresh BaseModelOutput per call: beam search expands it in place.
-        out = self.model.generate(
-            encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden),
-            attention_mask=enc.mask,
+        # Cross-attention keys/values once per document, shared by its beams (scaleformer.decoding).
+        out = decoding.generate(
+            self.model, enc.hidden, enc.mask,
             num_beams=g.num_beams,
             max_new_tokens=g.max_new_tokens,
             min_new_tokens=g.min_new_tokens,

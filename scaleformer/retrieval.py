@@ -9,7 +9,9 @@ module (``BartAttention`` at ``decoder.layers[i].encoder_attn``, ``T5Attention``
 ``decoder.block[i].layer[1].EncDecAttention``) for a subclass whose ``forward`` projects keys and
 values of *all* encoder states with the module's own ``k``/``v`` projections (once per generation:
 they go into the ``EncoderDecoderCache`` exactly where the original puts them, so later steps and
-beam search reuse them) and then attends per head to a selection of them, by the layer's role:
+beam search reuse them; with :func:`scaleformer.decoding.generate` they are projected once per
+document and its beams share them, see :mod:`scaleformer.decoding`, whose beam-sharing classes these
+subclass) and then attends per head to a selection of them, by the layer's role:
 
 * ``retrieve``: the top-k datastore keys by score ``q . k`` (exact: one matmul + ``topk`` on the
   device), softmax over those k only, weighted sum of their values. With k >= the number of states
@@ -31,6 +33,7 @@ to the scores when given, so the patched layers compute exactly what the origina
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +44,14 @@ from transformers.models.bart.modeling_bart import BartAttention
 from transformers.models.t5.modeling_t5 import T5Attention
 
 from scaleformer.config import ConfigError
+from scaleformer.decoding import (
+    SharedBartAttention,
+    SharedT5Attention,
+    expand_if_needed,
+    group_mask,
+    group_queries,
+    ungroup,
+)
 
 # Phases: what the patched layers do on the next forward (set by the method's encode()).
 FULL = "full"  # the original attention over all encoder states (e.g. Unlimiformer's standard training)
@@ -116,6 +127,35 @@ def _allowed(mask: Any) -> torch.Tensor | None:
     return mask > torch.finfo(mask.dtype).min / 2  # eager: additive, 0 or the dtype's min
 
 
+def topk_unsorted(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's k largest scores and their indices (unsorted), exactly ``scores.topk(k, sorted=False)``'s
+    set (up to the choice among tied values), in two cheaper stages when rows are long.
+
+    Why: at generation every query searches the whole datastore, and a single top-k over T scores
+    costs most of a decoding step. Split a row's first ``g * b`` scores into g groups of b (group j:
+    positions j, j + g, j + 2g, ...; strided, so the group maxima are one vectorised max over b rows).
+    The top k scores lie in the k groups with the largest maxima (any other group has k groups whose
+    maxima are at least its own) or among the last ``T - g * b`` scores, which join the candidates;
+    the second top-k runs over those k * b (+ tail) candidates. b ~ sqrt(T / k) balances the two
+    stages; rows under 16 k use one plain top-k.
+    """
+    t = scores.shape[-1]
+    b = math.isqrt(t // k) if k else 0
+    if b < 4:
+        return scores.topk(k, dim=-1, sorted=False)
+    g = t // b
+    n = g * b
+    groups = scores[..., :n].unflatten(-1, (b, g))  # [..., b, g]: group j = column j
+    best = groups.amax(-2).topk(k, dim=-1, sorted=False).indices  # [..., k] the k groups holding the top k
+    cand = groups.gather(-1, best.unsqueeze(-2).expand(*best.shape[:-1], b, k)).flatten(-2)  # [..., b * k]
+    if n < t:
+        cand = torch.cat([cand, scores[..., n:]], -1)  # [..., b * k + tail]
+    values, j = cand.topk(k, dim=-1, sorted=False)
+    kb = k * b
+    inside = (j // k) * g + best.gather(-1, j % k)  # candidate (r, i): row r of group best[i]
+    return values, torch.where(j < kb, inside, n + j - kb)
+
+
 def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Scores with all but each row's top k set to -inf, and the kept indices ``[..., k]``.
 
@@ -125,7 +165,7 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | No
     """
     if k >= scores.shape[-1]:
         return scores, None
-    idx = scores.topk(k, dim=-1, sorted=False).indices  # [B, H, Q, k]
+    idx = topk_unsorted(scores, k)[1]  # [B, H, Q, k]
     sel = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, idx, True)  # [B, H, Q, T]
     return scores.masked_fill(~sel, float("-inf")), idx
 
@@ -135,22 +175,33 @@ def _softmax(scores: torch.Tensor, dtype: torch.dtype, p: float, training: bool)
     return nn.functional.dropout(probs, p=p, training=training)
 
 
-def attend_top_k(scores: torch.Tensor, v: torch.Tensor, k: int, p: float = 0.0, training: bool = False
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def attend_top_k(scores: torch.Tensor, v: torch.Tensor, k: int, p: float = 0.0, training: bool = False,
+                 steps: int | None = None, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Attention restricted to each row's top-k keys: output [B, H, Q, D], weights, indices [B, H, Q, k].
 
-    One query per row (a decoding step): softmax over the k retrieved scores and a gather of their k
-    values, so the step costs k, not T, beyond the score matmul. Several queries (teacher forcing):
-    the dense [B, H, Q, T] form (scores outside the top k masked), whose memory equals the scores'.
+    ``scores`` [B, H, Q, T'] score the values ``v[..., offset:, :]`` (v: [B, H, offset + T', D]).
+    One query per sequence (a decoding step; ``steps`` = queries per sequence, default Q; the Q rows
+    may be the beams of one document): softmax over the k retrieved scores and their k values read
+    by row index (no copy of v), so the step costs k, not T, beyond the score matmul and the search.
+    Several queries per sequence (teacher forcing): the dense [B, H, Q, T'] form (scores outside the
+    top k masked), whose memory equals the scores'.
     """
-    if k < scores.shape[-1] and scores.shape[-2] == 1:
-        top, idx = scores.topk(k, dim=-1, sorted=False)  # [B, H, 1, k]
+    steps = scores.shape[-2] if steps is None else steps
+    if k < scores.shape[-1] and steps == 1:
+        top, idx = topk_unsorted(scores, k)  # [B, H, Q, k]
         probs = _softmax(top, v.dtype, p, training)
-        picked = v.gather(2, idx.transpose(-1, -2).expand(-1, -1, -1, v.shape[-1]))  # [B, H, k, D]
-        return torch.matmul(probs, picked), probs, idx
+        b, h, q, _ = idx.shape
+        t, d = v.shape[-2:]
+        if v.is_contiguous():  # rows of v as [B * H * T, D]
+            rows = idx + offset + torch.arange(b * h, device=idx.device).view(b, h, 1, 1) * t
+            picked = v.view(-1, d).index_select(0, rows.reshape(-1))  # [B * H * Q * k, D]
+        else:
+            picked = v[..., offset:, :].gather(2, idx.reshape(b, h, q * k, 1).expand(-1, -1, -1, d))
+        out = torch.matmul(probs[..., None, :], picked.view(b, h, q, k, d))  # [B, H, Q, 1, D]
+        return out.squeeze(-2), probs, idx
     chosen, idx = top_k(scores, k)
-    probs = _softmax(chosen, v.dtype, p, training)  # [B, H, Q, T], zero outside the top k
-    return torch.matmul(probs, v), probs, idx
+    probs = _softmax(chosen, v.dtype, p, training)  # [B, H, Q, T'], zero outside the top k
+    return torch.matmul(probs, v[..., offset:, :]), probs, idx
 
 
 def _attend(scores: torch.Tensor, v: torch.Tensor, p: float, training: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -160,16 +211,22 @@ def _attend(scores: torch.Tensor, v: torch.Tensor, p: float, training: bool) -> 
 
 
 def retrieval_attention(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any,
-                        bias: torch.Tensor | None = None, first_query: int = 0) -> tuple[torch.Tensor, Any]:
+                        bias: torch.Tensor | None = None, first_query: int = 0,
+                        steps: int | None = None) -> tuple[torch.Tensor, Any]:
     """Cross-attention of a patched layer, per its role and the state's phase.
 
-    q: [B, H, Q, D], k and v: [B, H, T, D]; ``first_query`` is the decoder position of q's first row.
-    Returns the per-head output [B, H, Q, D] and the attention weights (None where rows mix spans).
+    q: [B, H, Q, D], k and v: [B, H, T, D]; ``first_query`` is the decoder position of each sequence's
+    first query and ``steps`` the queries per sequence (default Q; 1 when the Q rows are the beams of
+    one document at one decoding step). Returns the per-head output [B, H, Q, D] and the attention
+    weights (None where rows mix spans).
     """
+    steps = q.shape[2] if steps is None else steps
     st: RetrievalState = module.retrieval_state
     role, layer = module.retrieval_role, module.retrieval_layer
     p, training = float(module.dropout), module.training
-    scores = _masked(torch.matmul(q, k.transpose(-1, -2)) * module.scaling, mask, bias)  # [B, H, Q, T]
+    # q scaled before the product: one pass over [B, H, Q, D], not over the scores (exact for the
+    # usual power-of-two scalings)
+    scores = _masked(torch.matmul(q * module.scaling, k.transpose(-1, -2)), mask, bias)  # [B, H, Q, T]
     lo = st.local  # the datastore starts here
     span = lo or st.window  # local window; with none (phase RANDOM) the first `window` states (the reference)
     if role == "window":  # slicing, not masking
@@ -179,14 +236,14 @@ def retrieval_attention(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: 
         keep = st.random_keep[layer]  # [B, T_s]
         return _attend(store.masked_fill(~keep[:, None, None, :], float("-inf")), store_v, p, training)
     local_row0 = role == "retrieve" and st.local_first_step and first_query == 0
-    if local_row0 and q.shape[2] == 1:  # the first decoding step: no retrieval
+    if local_row0 and steps == 1:  # the first decoding step: no retrieval
         return _attend(scores[..., :span], v[..., :span, :], p, training)
     has = None
     if role == "memory":  # a document whose memory is empty: finite scores, then gated off
         allowed = _allowed(mask)  # [B, 1, Q|1, T] or None (nothing masked)
         has = allowed[..., lo:].any(-1, keepdim=True) if allowed is not None else store.new_ones((), dtype=torch.bool)
         store = store.masked_fill(~has, 0.0)
-    out, probs, idx = attend_top_k(store, store_v, st.k, p, training)
+    out, probs, idx = attend_top_k(store, v, st.k, p, training, steps, offset=lo)
     if st.record:
         st.retrieved[layer] = idx
     if role == "retrieve":
@@ -225,7 +282,25 @@ def _cross_kv(module: nn.Module, states: torch.Tensor, cache: Any, k_proj: nn.Mo
     return key, value
 
 
-class RetrievalBartAttention(BartAttention):
+def _patched_attention(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any,
+                       bias: torch.Tensor | None, cache: Any) -> tuple[torch.Tensor, Any]:
+    """:func:`retrieval_attention` for queries ``[rows, H, Q, D]``; keys/values ``[rows | docs, H, T, D]``.
+
+    Keys/values with fewer rows than the queries are shared by each document's beams
+    (:mod:`scaleformer.decoding`): a decoding step's beams become query rows of their document.
+    """
+    rows, steps = q.shape[0], q.shape[2]
+    first = _first_query(cache, module.layer_idx, steps)
+    k, v = expand_if_needed((k, v), rows, steps)
+    docs = k.shape[0]
+    if docs == rows:
+        return retrieval_attention(module, q, k, v, mask, bias, first_query=first)
+    out, probs = retrieval_attention(module, group_queries(q, docs), k, v, group_mask(mask, docs), bias,
+                                     first_query=first, steps=1)  # [docs, H, beams, D]
+    return ungroup(out, rows), None if probs is None else ungroup(probs, rows)
+
+
+class RetrievalBartAttention(SharedBartAttention):
     """BartAttention whose cross-attention goes through :func:`retrieval_attention` (see module doc)."""
 
     retrieval_state: RetrievalState
@@ -239,12 +314,11 @@ class RetrievalBartAttention(BartAttention):
         shape = hidden_states.shape[:-1]  # (B, Q)
         q = self.q_proj(hidden_states).view(*shape, -1, self.head_dim).transpose(1, 2)  # [B, H, Q, D]
         k, v = _cross_kv(self, key_value_states, past_key_values, self.k_proj, self.v_proj, self.head_dim)
-        first = _first_query(past_key_values, self.layer_idx, shape[1])
-        out, probs = retrieval_attention(self, q, k, v, attention_mask, first_query=first)
+        out, probs = _patched_attention(self, q, k, v, attention_mask, None, past_key_values)
         return self.out_proj(out.transpose(1, 2).reshape(*shape, -1)), probs
 
 
-class RetrievalT5Attention(T5Attention):
+class RetrievalT5Attention(SharedT5Attention):
     """T5Attention whose cross-attention goes through :func:`retrieval_attention` (see module doc)."""
 
     retrieval_state: RetrievalState
@@ -260,13 +334,13 @@ class RetrievalT5Attention(T5Attention):
         d = self.key_value_proj_dim
         q = self.q(hidden_states).view(*shape, -1, d).transpose(1, 2)  # [B, H, Q, D]
         k, v = _cross_kv(self, key_value_states, past_key_values, self.k, self.v, d)
-        first = _first_query(past_key_values, self.layer_idx, shape[1])
-        out, probs = retrieval_attention(self, q, k, v, mask, position_bias, first_query=first)
+        out, probs = _patched_attention(self, q, k, v, mask, position_bias, past_key_values)
         # Pass the (zero) bias on unchanged: later layers reuse it, as T5Stack expects.
         return self.o(out.transpose(1, 2).reshape(*shape, -1)), position_bias, probs
 
 
-_PATCHED = {BartAttention: RetrievalBartAttention, T5Attention: RetrievalT5Attention}
+_PATCHED = {BartAttention: RetrievalBartAttention, T5Attention: RetrievalT5Attention,
+            SharedBartAttention: RetrievalBartAttention, SharedT5Attention: RetrievalT5Attention}
 
 
 def cross_attentions(model: nn.Module, method: str) -> list[nn.Module]:

@@ -52,7 +52,13 @@ def tiny_profile(**kw) -> Profile:
                         max_ratio=1.0, label="middle attends to less than sled"),
                  Target(metric="decoder_length", method="sled", at=256, max_value=1.0),
                  Target(metric="encode_s", method="full_attention", from_tokens=64, to_tokens=256, max_exponent=99.0),
-                 Target(metric="train_s", method="sled", at=1 << 20, must_run=True)])
+                 Target(metric="train_s", method="sled", at=1 << 20, must_run=True),
+                 Target(metric="cross_attention_bytes", method="sled", at=256, beams=2, baseline_beams=1,
+                        max_ratio=1.0, label="beams share sled's cross-attention"),
+                 Target(metric="cross_attention_bytes", method=LED, at=256, beams=2, baseline_beams=1,
+                        max_ratio=1.0, label="beams share LED's cross-attention"),
+                 Target(metric="encode_s", method="sled", at=256, reference=1e6, reference_note="a slow machine",
+                        max_ratio=0.5, label="sled encodes 2x faster than recorded")])
     return replace(base, **kw)
 
 
@@ -93,7 +99,12 @@ def test_results_file_structure(run):
             assert all(g["new_tokens"] == 3 and g["e2e_time_s"] > g["time_s"] > 0 for g in c["generate"].values())
             assert c["train"]["status"] == "ok" and c["train"]["time_s"] > 0
             assert c["train"]["grad_checkpointing"] is (n >= 256)
-            assert c["cross_attention_bytes"]["2"] == 2 * c["cross_attention_bytes"]["1"]
+            xa = c["cross_attention_bytes"]  # measured from the generation cache
+            if m == LED:  # transformers' own cache: one copy per beam
+                assert xa["2"] == 2 * xa["1"] and not c["generate"]["2"]["beam_shared_cross_attention"]
+            else:  # keys + values, 1 decoder layer, d_model 32, fp32, once per document
+                assert xa["2"] == xa["1"] == 2 * c["decoder_length"] * 32 * 4, m
+                assert all(g["beam_shared_cross_attention"] for g in c["generate"].values())
         rec = next(r for r in saved["methods"] if r["method"] == m)
         assert rec["status"] == "ran" and rec["source"] == ("peer" if m in (FULL, LED) else "option")
     assert by_method(saved, "sled")[64]["encode"]["flops"] > 0
@@ -166,8 +177,15 @@ def test_targets_report_values_and_verdicts(run):
     value = next(t for t in doc["targets"] if t["kind"] == "max_value")
     assert value["status"] == "fail" and value["value"] == 256
     assert next(t for t in doc["targets"] if t["kind"] == "must_run")["status"] == "not measured"
+    assert got["beams share sled's cross-attention"]["value"] == 1.0
+    assert got["beams share sled's cross-attention"]["status"] == "pass"
+    assert got["beams share LED's cross-attention"]["value"] == 2.0  # the stock per-beam cache
+    assert got["beams share LED's cross-attention"]["status"] == "fail"
+    rec = got["sled encodes 2x faster than recorded"]
+    assert rec["status"] == "pass" and rec["value"] == by_method(doc, "sled")[256]["encode"]["time_s"] / 1e6
     md = (out / "test-tiny.md").read_text()
     assert "| middle attends to less than sled | micro_bart | max_ratio 1 |" in md and "| fail |" in md
+    assert "(2 beams / 1) | pass |" in md and "; before: a slow machine | pass |" in md
 
 
 def test_markdown_and_plot_written(run):
@@ -339,6 +357,10 @@ def test_committed_profiles_load():
      "targets[0].baseline=None: required with max_ratio"),
     ({"targets": [{"metric": "decode_s", "method": "sled", "max_exponent": 1.1}]},
      "targets[0].from_tokens=None: required with max_exponent"),
+    ({"targets": [{"metric": "encode_s", "method": "sled", "at": 1024, "max_ratio": 0.5, "reference": 2.0,
+                   "baseline": "truncation"}]}, "targets[0].reference=2.0: is a denominator of its own"),
+    ({"targets": [{"metric": "decode_s", "method": "sled", "at": 1024, "max_ratio": 2, "baseline_beams": 3}]},
+     "targets[0].baseline_beams=3: must be one of the profile's beams [1, 4]"),
 ])
 def test_profile_validation_names_key_value_and_limit(tmp_path, patch, message):
     from omegaconf import OmegaConf
@@ -399,6 +421,18 @@ def test_encoder_flops_match_torch_flop_counter(arch):
     with torch.no_grad(), counter:
         model.get_encoder()(input_ids=ids, attention_mask=torch.ones_like(ids))
     assert encoder_flops(conf, [(3, 40)]) == counter.get_total_flops()
+    # The last layer at 7 kept positions only (ScaleFormer): the count drops by exactly what it skips.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from scaleformer.bench.probes import record_encoder_calls
+    from scaleformer.kept_layer import encode_at
+
+    pos = torch.arange(7).expand(3, -1) * 5  # [3, 7]
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), counter, record_encoder_calls(model.get_encoder()) as calls:
+        encode_at(model.get_encoder(), ids, torch.ones_like(ids), [(None, pos)])  # sdpa as counted matmuls
+    assert calls.full == [(3, 40)] and calls.kept == [(3, 40, 7)]
+    assert encoder_flops(conf, calls.full, calls.kept) == counter.get_total_flops()
 
 
 def test_base_shapes_from_config_files():

@@ -15,11 +15,11 @@ from scaleformer.chunking import (
     keep_spans,
     layout_chunks,
     num_chunks,
-    pack_rows,
     plan_chunks,
     prefix_rows,
 )
 from scaleformer.config import ConfigError
+from scaleformer.packing import pack_rows
 
 # SLED's own examples (Mivg/SLED sled/modeling_sled.py, the _window_indices docstring), verbatim:
 # (context_start, context_end, update_start, update_end). SledModel(model, 512) has window_fraction
@@ -271,3 +271,19 @@ def test_auto_encoder_batch_size_matches_fixed_size_output():
                                         "encoder_batch_size": bs, "middle_tokens": 5}), spec)
         outs.append(m.encode(model.get_encoder(), ids, mask, training=False).hidden)
     torch.testing.assert_close(outs[0], outs[1])
+
+
+def test_write_rows_in_place_and_differentiable():
+    """Rows written once into a buffer (the last row a dump): each source row gets its slot's gradient."""
+    from scaleformer.packing import write_rows
+
+    a = torch.randn(3, 2, requires_grad=True)
+    b = torch.randn(2, 2, requires_grad=True)
+    buf = torch.zeros(6, 2)
+    out = write_rows(write_rows(buf, torch.tensor([0, 5, 2]), a), torch.tensor([1, 5]), b)
+    assert out.data_ptr() == buf.data_ptr()  # in place: no copy of the buffer
+    assert torch.equal(out[:3], torch.stack([a[0], b[0], a[2]]).detach()) and torch.equal(out[3:5], torch.zeros(2, 2))
+    w = torch.randn(5, 2)
+    (out[:5] * w).sum().backward()  # the dump row (5) is never read
+    assert torch.equal(a.grad, torch.stack([w[0], torch.zeros(2), w[2]]))
+    assert torch.equal(b.grad, torch.stack([w[1], torch.zeros(2)]))

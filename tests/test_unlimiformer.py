@@ -399,3 +399,19 @@ def test_unsupported_backbones_are_config_errors():
     model.config._attn_implementation = "flex_attention"
     with pytest.raises(ConfigError, match="backbone.attn_implementation"):
         make("bart").wrap(model)
+
+
+@pytest.mark.parametrize(("t", "k"), [(100, 7), (1000, 10), (1003, 10), (66560, 1024), (5000, 1)])
+def test_two_stage_top_k_selects_what_topk_selects(t, k):
+    from scaleformer.retrieval import topk_unsorted
+
+    g = torch.Generator().manual_seed(t)
+    scores = torch.randn(2, 3, 4, t, generator=g)
+    scores[1, :, :, t // 3:] = float("-inf")  # a short document: padding keys
+    values, idx = topk_unsorted(scores, k)
+    want = scores.topk(k, dim=-1)
+    assert idx.shape == want.indices.shape and int(idx.max()) < t
+    assert torch.equal(values.sort(-1, descending=True).values, want.values)
+    assert torch.equal(scores.gather(-1, idx), values)  # the indices point at those values
+    finite = want.values.isfinite()
+    assert torch.equal(idx.sort(-1).values[finite.all(-1)], want.indices.sort(-1).values[finite.all(-1)])

@@ -1,5 +1,9 @@
 """One benchmark cell: every phase of one (method, N) — encode, generate per beam count, train step.
 
+Generation runs the framework's own path (:func:`scaleformer.decoding.generate`, beams sharing each
+document's cross-attention keys/values where the decoder allows it), and the cross-attention bytes
+are read from the cache it returns, so what is reported is what the decoder held.
+
 Each encode and training step starts with one untimed call that is the size's warm-up and its probe:
 peak memory, the encoder calls (for FLOPs) and the input coverage are read from it, then the timed
 runs follow without hooks. Generation warms up once per method (its shapes barely change with N).
@@ -15,6 +19,7 @@ from typing import Any
 
 import torch
 
+from scaleformer import decoding
 from scaleformer.bench.measure import MemoryProbe, is_oom, measure
 from scaleformer.bench.probes import (
     content_ids,
@@ -67,8 +72,9 @@ def run_encode(ctx: Context, method: Method, model: Any, ids: torch.Tensor, mask
         out, _ = ctx.timed(run)
     t = out["time_s"]
     # None when the method bypasses the encoder's forward (nothing to count) or is not dense.
-    flops = encoder_flops(model.config, calls) if calls and ctx.flops else None
-    out |= {"tokens_per_s": n / t, "encoder_calls": len(calls), "flops": flops,
+    flops = encoder_flops(model.config, calls.full, calls.kept) if calls.full and ctx.flops else None
+    out |= {"tokens_per_s": n / t, "encoder_calls": len(calls.full), "last_layer_kept_only": bool(calls.kept),
+            "flops": flops,
             "tflops_per_s": flops / t / 1e12 if flops else None,
             "peak_fraction": flops / t / 1e12 / ctx.peak if flops and ctx.peak else None,
             **mem, "mem_base_bytes": base, **_coverage(seen["coverage"])}
@@ -77,32 +83,42 @@ def run_encode(ctx: Context, method: Method, model: Any, ids: torch.Tensor, mask
 
 def run_generate(ctx: Context, model: Any, enc: Any, beams: int, warmup: bool) -> dict[str, Any]:
     """Decoding time for exactly ``new_tokens`` tokens from already-encoded states (the encoder runs
-    once per document; end-to-end = this + encoder time)."""
-    from transformers.modeling_outputs import BaseModelOutput
+    once per document; end-to-end = this + encoder time), through the framework's generation path
+    (:func:`scaleformer.decoding.generate`: beam-shared cross-attention where the decoder allows it).
 
+    ``cross_attention_bytes`` is measured, not computed: the bytes of the cross-attention keys/values
+    held by the cache generation returns (distinct storages), so per-beam copies show as such.
+    """
     k = ctx.profile.new_tokens
     base = ctx.probe.start()
 
-    def gen() -> torch.Tensor:
-        return model.generate(
-            encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden), attention_mask=enc.mask,
-            num_beams=beams, max_new_tokens=k, min_new_tokens=k, do_sample=False, early_stopping=False,
-            length_penalty=1.0, no_repeat_ngram_size=0, forced_bos_token_id=None, forced_eos_token_id=None,
-            use_cache=True)
+    def gen() -> Any:
+        return decoding.generate(
+            model, enc.hidden, enc.mask, num_beams=beams, max_new_tokens=k, min_new_tokens=k, do_sample=False,
+            early_stopping=False, length_penalty=1.0, no_repeat_ngram_size=0, forced_bos_token_id=None,
+            forced_eos_token_id=None, use_cache=True, return_dict_in_generate=True)
 
     with torch.no_grad():
         if warmup:
             gen()
-        out, ids = ctx.timed(gen)
-    made = int(ids.shape[1]) - 1  # minus the decoder start token
+        out, res = ctx.timed(gen)
+    made = int(res.sequences.shape[1]) - 1  # minus the decoder start token
     if made != k:
         raise AssertionError(f"generated {made} tokens, expected exactly {k} (min_new_tokens = max_new_tokens)")
-    return out | {"new_tokens": made, "tokens_per_s": k / out["time_s"], **ctx.probe.since(base)}
+    cross = decoding.cross_attention_bytes(res.past_key_values)
+    shared = isinstance(getattr(res.past_key_values, "cross_attention_cache", None), decoding.SharedCrossCache)
+    del res
+    return out | {"new_tokens": made, "tokens_per_s": k / out["time_s"], "cross_attention_bytes": cross,
+                  "beam_shared_cross_attention": shared, **ctx.probe.since(base)}
 
 
 def run_train(ctx: Context, method: Method, model: Any, ids: torch.Tensor, mask: torch.Tensor,
               markers: list[int]) -> dict[str, Any]:
-    """One training step: encode (training mode) + teacher-forced decoder + backward (no optimiser)."""
+    """One training step: encode (training mode) + teacher-forced decoder + backward (no optimiser).
+
+    From ``grad_ckpt_min_tokens``: the model's activation checkpointing, and for chunked methods also
+    ``method.checkpoint_chunks`` (each encoder micro-batch recomputed in backward).
+    """
     n = ids.shape[1]
     p = ctx.profile
     ckpt = p.grad_ckpt_min_tokens is not None and n >= p.grad_ckpt_min_tokens
@@ -118,7 +134,10 @@ def run_train(ctx: Context, method: Method, model: Any, ids: torch.Tensor, mask:
     # transformers >= 5 names it activation checkpointing; a method's wrapper may offer neither.
     new_api = hasattr(model, "activation_checkpointing_enable")
     ckpt = ckpt and (new_api or hasattr(model, "gradient_checkpointing_enable"))
+    chunks = ckpt and hasattr(method.cfg, "checkpoint_chunks") and not method.cfg.checkpoint_chunks
     model.train()
+    if chunks:
+        method.cfg.checkpoint_chunks = True
     if ckpt:
         kwargs = {"use_reentrant": False}
         if new_api:
@@ -132,20 +151,15 @@ def run_train(ctx: Context, method: Method, model: Any, ids: torch.Tensor, mask:
         mem = ctx.probe.since(base)
         out, _ = ctx.timed(step)
     finally:
+        if chunks:
+            method.cfg.checkpoint_chunks = False
         if ckpt:
             (model.activation_checkpointing_disable if new_api else model.gradient_checkpointing_disable)()
         model.eval()
         model.zero_grad(set_to_none=True)
     return {"status": "ok", **out, "tokens_per_s": n / out["time_s"], "grad_checkpointing": ckpt,
+            "checkpoint_chunks": bool(getattr(method.cfg, "checkpoint_chunks", False) or chunks),
             "label_tokens": p.label_tokens, **mem, **_coverage(seen["coverage"])}
-
-
-def cross_attention_bytes(shape: Shape, length: int, beams: int, dtype: torch.dtype) -> int:
-    """Decoder cross-attention K/V cache for ``length`` encoded positions and ``beams`` beams."""
-    c = shape.config
-    layers = getattr(c, "decoder_layers", None) or getattr(c, "num_decoder_layers", None) or c.num_layers
-    inner = c.num_heads * c.d_kv if getattr(c, "model_type", "") == "t5" else c.d_model
-    return 2 * layers * length * inner * beams * torch.finfo(dtype).bits // 8
 
 
 def measure_cell(ctx: Context, method: Method, model: Any, n: int, *, warmup: bool,
@@ -165,14 +179,14 @@ def measure_cell(ctx: Context, method: Method, model: Any, n: int, *, warmup: bo
             expected = None
         cell |= {"decoder_length": length, "decoder_length_expected": expected,
                  "decoder_length_ok": None if expected is None else expected == length,
-                 "cross_attention_bytes": {str(b): cross_attention_bytes(ctx.shape, length, b, ctx.dtype)
-                                           for b in ctx.profile.beams}}
+                 "cross_attention_bytes": {}}
         cell["generate"] = {}
         for b in ctx.profile.beams:
             phase = f"generate_b{b}"
             g = run_generate(ctx, model, enc, b, warmup)
             g["e2e_time_s"] = cell["encode"]["time_s"] + g["time_s"]
             cell["generate"][str(b)] = g
+            cell["cross_attention_bytes"][str(b)] = g["cross_attention_bytes"]
         peaks = [cell["encode"]["mem_peak_bytes"]] + [g["mem_peak_bytes"] for g in cell["generate"].values()]
         base = cell["encode"]["mem_base_bytes"]
         cell["mem_inference_growth_bytes"] = None if base is None or None in peaks else max(peaks) - base

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import platform
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +56,14 @@ def device_name(device: torch.device) -> str:
 
 
 # ----------------------------------------------------------------------------------------- FLOPs
-def encoder_flops(config: Any, calls: Sequence[tuple[int, int]]) -> int:
+def encoder_flops(config: Any, calls: Sequence[tuple[int, int]], kept: Sequence[tuple[int, int, int]] = ()) -> int:
     """Dense forward FLOPs of the encoder calls ``(rows, width)``: projections, FFN and attention
-    (QK^T and AV over each row's full width, pads included as computed); embeddings excluded."""
+    (QK^T and AV over each row's full width, pads included as computed); embeddings excluded.
+
+    ``kept`` ``(rows, width, G)``: row groups whose last layer ran at G positions only
+    (:mod:`scaleformer.kept_layer`: keys/values over the width, the rest over G); their saving is
+    taken off the calls' dense count.
+    """
     d = config.d_model
     if getattr(config, "model_type", "") == "t5":
         layers, inner, ffn = config.num_layers, config.num_heads * config.d_kv, config.d_ff
@@ -67,26 +73,44 @@ def encoder_flops(config: Any, calls: Sequence[tuple[int, int]]) -> int:
     total = 0
     for rows, w in calls:
         total += rows * (8 * w * d * inner + 2 * ffn_mats * w * d * ffn + 4 * w * w * inner)
-    return layers * total
+    saved = sum(rows * (w - g) * (4 * d * inner + 2 * ffn_mats * d * ffn + 4 * w * inner) for rows, w, g in kept)
+    return layers * total - saved
+
+
+@dataclass
+class EncoderCalls:
+    """The encoder calls of a block: ``full`` ``(rows, width)`` per forward, ``kept`` per last-layer
+    row group computed at kept positions only ``(rows, width, G)``."""
+
+    full: list[tuple[int, int]] = field(default_factory=list)
+    kept: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 @contextlib.contextmanager
-def record_encoder_calls(encoder: torch.nn.Module) -> Iterator[list[tuple[int, int]]]:
-    """Collect ``(rows, width)`` of every encoder forward call made inside the block (shapes only)."""
-    calls: list[tuple[int, int]] = []
+def record_encoder_calls(encoder: torch.nn.Module) -> Iterator[EncoderCalls]:
+    """Collect the shapes of every encoder forward call made inside the block (and of its last layer
+    where it ran at kept positions only)."""
+    from scaleformer import kept_layer
+
+    calls = EncoderCalls()
 
     def hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         x = kwargs.get("input_ids", args[0] if args else None)
         if x is None:
             x = kwargs.get("inputs_embeds")
         if x is not None:
-            calls.append((int(x.shape[0]), int(x.shape[1])))
+            calls.full.append((int(x.shape[0]), int(x.shape[1])))
+
+    def observe(rows: int, width: int, g: int) -> None:
+        calls.kept.append((rows, width, g))
 
     handle = encoder.register_forward_pre_hook(hook, with_kwargs=True)
+    kept_layer.OBSERVERS.append(observe)
     try:
         yield calls
     finally:
         handle.remove()
+        kept_layer.OBSERVERS.remove(observe)
 
 
 # -------------------------------------------------------------------------------------- coverage

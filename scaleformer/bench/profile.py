@@ -41,7 +41,10 @@ class Comparison:
 class Target:
     """A claim checked against the measurements; exactly one bound says which kind.
 
-    ``max_ratio``/``min_ratio``: metric(method) / metric(baseline) at size ``at``;
+    ``max_ratio``/``min_ratio``: metric(method) / a denominator at size ``at``: metric(baseline), or
+    with ``baseline_beams`` the metric at that beam count (of ``baseline``, default the method itself,
+    e.g. 4-beam / 1-beam decoding), or with ``reference`` a value measured before (``reference_note``
+    says when, where and at which commit), e.g. an encode time before an optimisation;
     ``max_value``/``min_value``: metric(method) at ``at``, or its worst value over N >= ``from_tokens``;
     ``max_exponent``: fitted log-log slope over ``from_tokens``..``to_tokens`` (non-truncated sizes);
     ``must_run``: the cell at ``at`` ran and measured the metric.
@@ -52,6 +55,9 @@ class Target:
     label: str | None = None  # the claim in words, shown in the report
     backbone: str | None = None  # None: checked on every backbone of the grid
     baseline: str | None = None
+    baseline_beams: int | None = None  # ratio kinds: the denominator's beam count (default: ``beams``)
+    reference: float | None = None  # ratio kinds: a recorded value as the denominator
+    reference_note: str | None = None  # where ``reference`` comes from (commit, machine, load)
     at: int | None = None
     from_tokens: int | None = None
     to_tokens: int | None = None
@@ -62,6 +68,9 @@ class Target:
     min_value: float | None = None
     max_exponent: float | None = None
     must_run: bool = False
+    # Evaluated and shown, but a claim of another profile (e.g. gpu-base's on tiny CPU shapes): the
+    # verdict is marked "(for information)".
+    for_information: bool = False
 
     def kind(self) -> str:
         return next(b for b in BOUNDS if getattr(self, b) not in (None, False))
@@ -77,7 +86,11 @@ class Target:
             v = getattr(self, k)
             check(v is None or v > 0, f"{key}.{k}", v, "must be > 0")
         if kind in ("max_ratio", "min_ratio"):
-            check(bool(self.baseline), f"{key}.baseline", self.baseline, f"required with {kind}")
+            check(bool(self.baseline) or self.baseline_beams is not None or self.reference is not None,
+                  f"{key}.baseline", self.baseline, f"required with {kind} (or baseline_beams, or reference)")
+            check(self.reference is None or (not self.baseline and self.baseline_beams is None),
+                  f"{key}.reference", self.reference, "is a denominator of its own: give no baseline/baseline_beams")
+            check(self.reference is None or self.reference > 0, f"{key}.reference", self.reference, "must be > 0")
             check(self.at is not None, f"{key}.at", self.at, f"required with {kind}")
             check(getattr(self, kind) > 0, f"{key}.{kind}", getattr(self, kind), "must be > 0")
         if kind in ("max_value", "min_value"):
@@ -89,8 +102,9 @@ class Target:
                   f"must be > from_tokens ({self.from_tokens})")
         if kind == "must_run":
             check(self.at is not None, f"{key}.at", self.at, "required with must_run")
-        check(self.beams is None or self.beams in beams, f"{key}.beams", self.beams,
-              f"must be one of the profile's beams {beams}")
+        for k in ("beams", "baseline_beams"):
+            v = getattr(self, k)
+            check(v is None or v in beams, f"{key}.{k}", v, f"must be one of the profile's beams {beams}")
 
 
 @dataclass

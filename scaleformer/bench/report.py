@@ -72,7 +72,11 @@ def _header(doc: dict[str, Any]) -> list[str]:
         f"- times in ms as **median / min / IQR** of at least {s['repeats']} timed runs per phase and size "
         f"(up to {s['max_repeats']} while under {s['min_time_s']} s); each size's encode and training step "
         "first run once untimed (warm-up; memory, FLOPs and input coverage are read there); generation warms "
-        "up once per method. `gen` = decoding from the encoded states (end to end = enc + gen)",
+        "up once per method. `gen` = decoding from the encoded states (end to end = enc + gen), through "
+        "`scaleformer.decoding.generate`: BART/T5 decoders compute cross-attention keys/values once per "
+        "document and its beams share them (other decoders, e.g. LED's: the stock per-beam cache)",
+        "- `x-attn MiB`: cross-attention keys/values held by the generation cache, measured (distinct "
+        "storages) per beam count",
         f"- memory: {doc['memory_measure']}; `mem inf` = peak growth over encode + generation, `mem train` "
         "= over the training step",
         "- **truncated**: the encoder did not read the whole input (16 marker tokens spread over the document; "
@@ -89,7 +93,7 @@ def _backbone(doc: dict[str, Any], backbone: str, notes: list[str]) -> list[str]
     beams = [str(b) for b in doc["settings"]["beams"]]
     gpu = doc["environment"]["device"] == "cuda"
     head = ["method", "N", "status", "enc ms", "dec len", *[f"gen {b}b ms" for b in beams], "train ms",
-            "mem inf MiB", "mem train MiB", "enc tok/s", "runs"]
+            "mem inf MiB", "mem train MiB", f"x-attn MiB ({'/'.join(beams)}b)", "enc tok/s", "runs"]
     if gpu:
         head += ["enc TFLOP/s", "% peak"]
     lines = [f"## {backbone}", "", "Times: median / min / IQR (ms).", "",
@@ -112,6 +116,8 @@ def _backbone(doc: dict[str, Any], backbone: str, notes: list[str]) -> list[str]
             row = [m["method"], _n(n), _status(c), _timing(e), str(c.get("decoder_length", "")),
                    *[_timing(gen.get(b)) for b in beams], _timing(train),
                    _mib(c.get("mem_inference_growth_bytes")), _mib(train.get("mem_growth_bytes")),
+                   " / ".join(_mib((c.get("cross_attention_bytes") or {}).get(b)) for b in beams)
+                   if c.get("cross_attention_bytes") else "",
                    f"{e['tokens_per_s']:.3g}" if e.get("tokens_per_s") else "", str(e.get("repeats", ""))]
             if gpu:
                 row += [f"{e['tflops_per_s']:.1f}" if e.get("tflops_per_s") else "",
@@ -155,16 +161,20 @@ def markdown(doc: dict[str, Any]) -> str:
             tag = " (truncated)" if c.get("truncated") else ""
             lines.append(f"| {c['backbone']} | {_n(c['n_tokens'])}{tag} | {c['method']} vs {c['baseline']} | "
                          f"{c['beams']} | {c['decode_speedup']:.2f}x | {c['e2e_speedup']:.2f}x | "
-                         f"{c['cross_attention_length_ratio']:.3f} | {c['cross_attention_memory_ratio']:.3f} |")
+                         f"{c['cross_attention_length_ratio']:.3f} | {_fmt(c['cross_attention_memory_ratio'])} |")
         lines.append("")
     if doc.get("targets"):
-        gpu = doc["environment"]["device"] == "cuda"
-        lines += ["## Targets" + ("" if gpu else " (stated for gpu-base; here for information)"), "",
+        lines += ["## Targets", "",
                   "| target | backbone | bound | measured | status |", "|---|---|---|---|---|"]
         for t in doc["targets"]:
             measured = _fmt(t["value"])
-            if t["kind"] in ("max_ratio", "min_ratio") and t["value"] and str(t.get("metric", "")).endswith("_s"):
-                measured += f" ({1 / t['value']:.2f}x faster)"
+            if t["kind"] in ("max_ratio", "min_ratio") and t["value"]:
+                if t.get("baseline_beams") and t.get("baseline") in (None, t["method"]):
+                    measured += f" ({t['beams']} beams / {t['baseline_beams']})"
+                elif str(t.get("metric", "")).endswith("_s"):
+                    measured += f" ({1 / t['value']:.2f}x faster)"
+                if t.get("reference_note"):
+                    measured += f"; before: {t['reference_note']}"
             if t.get("range"):
                 measured += f" over {_n(t['range'][0])}..{_n(t['range'][1])}"
             if t.get("worst_at"):

@@ -109,10 +109,15 @@ def comparisons(doc: dict[str, Any], specs: list[dict[str, str]]) -> list[dict[s
                     "decode_speedup": metric(y, "decode_s", beams) / metric(x, "decode_s", beams),
                     "e2e_speedup": metric(y, "generate_e2e_s", beams) / metric(x, "generate_e2e_s", beams),
                     "cross_attention_length_ratio": x["decoder_length"] / y["decoder_length"],
-                    "cross_attention_memory_ratio": x["cross_attention_bytes"][beams] / y["cross_attention_bytes"][beams],
+                    "cross_attention_memory_ratio": _ratio(metric(x, "cross_attention_bytes", beams),
+                                                           metric(y, "cross_attention_bytes", beams)),
                     "truncated": bool(x.get("truncated") or y.get("truncated")),
                 })
     return out
+
+
+def _ratio(x: float | None, y: float | None) -> float | None:
+    return None if x is None or not y else x / y
 
 
 def _verdict(ok: bool | None) -> str:
@@ -130,8 +135,14 @@ def evaluate(t: dict[str, Any], doc: dict[str, Any], backbone: str) -> dict[str,
                            "metric": key, "method": t["method"], "baseline": t.get("baseline"), "bound": bound,
                            "beams": int(beams), "value": None, "pass": None}
     if kind in ("max_ratio", "min_ratio"):
-        x, y = metric(cells.get(t["at"]), key, beams), metric(cells_of(doc, backbone, t["baseline"]).get(t["at"]),
-                                                                key, beams)
+        x = metric(cells.get(t["at"]), key, beams)
+        if t.get("reference") is not None:
+            y = t["reference"]
+            out["reference_note"] = t.get("reference_note")
+        else:
+            den_beams = str(t.get("baseline_beams") or beams)
+            y = metric(cells_of(doc, backbone, t.get("baseline") or t["method"]).get(t["at"]), key, den_beams)
+            out["baseline_beams"] = int(den_beams)
         if x is not None and y:
             out["value"] = x / y
             out["pass"] = out["value"] <= bound if kind == "max_ratio" else out["value"] >= bound
@@ -157,15 +168,18 @@ def evaluate(t: dict[str, Any], doc: dict[str, Any], backbone: str) -> dict[str,
         if c is not None and (phase or {}).get("status") not in (None, "skipped"):
             out["value"] = metric(c, key, beams)
             out["pass"] = out["value"] is not None
-    out["status"] = _verdict(out["pass"]) + (" (partial range)" if out.get("partial") else "")
+    out["status"] = _verdict(out["pass"]) + (" (partial range)" if out.get("partial") else "") + (
+        " (for information)" if t.get("for_information") else "")
     return out
 
 
 def _describe(t: dict[str, Any], kind: str) -> str:
     where = f"at N={t['at']}" if t.get("at") else f"over N >= {t.get('from_tokens')}" + (
         f"..{t['to_tokens']}" if t.get("to_tokens") else "")
-    what = {"max_ratio": f"{t['metric']} {t['method']} / {t.get('baseline')} <= {t.get('max_ratio')}",
-            "min_ratio": f"{t['metric']} {t['method']} / {t.get('baseline')} >= {t.get('min_ratio')}",
+    den = (f"recorded {t['reference']}" if t.get("reference") is not None else
+           f"{t.get('baseline') or t['method']}" + (f" ({t['baseline_beams']} beams)" if t.get("baseline_beams") else ""))
+    what = {"max_ratio": f"{t['metric']} {t['method']} / {den} <= {t.get('max_ratio')}",
+            "min_ratio": f"{t['metric']} {t['method']} / {den} >= {t.get('min_ratio')}",
             "max_value": f"{t['metric']} of {t['method']} <= {t.get('max_value')}",
             "min_value": f"{t['metric']} of {t['method']} >= {t.get('min_value')}",
             "max_exponent": f"scaling exponent of {t['metric']} of {t['method']} <= {t.get('max_exponent')}",

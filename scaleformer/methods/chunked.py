@@ -2,8 +2,16 @@
 
 Config fields and their validation, the chunk layout of a batch, micro-batched encoding that keeps
 only the positions a method asks for, and packing the kept states for the decoder. A subclass
-chooses which positions each chunk contributes (:meth:`ChunkedMethod.select`) and may transform
-them (:meth:`ChunkedMethod.combine`, e.g. ScaleFormer's fusion).
+chooses which positions each chunk contributes (:meth:`ChunkedMethod.select`), may transform some
+of them (:meth:`ChunkedMethod.combine` on :meth:`ChunkedMethod.combined_columns`, e.g. ScaleFormer's
+fusion of its boundaries) and may compute them more cheaply than a full encoder pass
+(:meth:`ChunkedMethod.pick_fn`, e.g. ScaleFormer's last layer at kept positions only).
+
+Copies: the packed decoder input's layout is planned from the lengths before encoding
+(:mod:`scaleformer.packing`) and each micro-batch's kept states are written straight into it (one
+copy, differentiable). The transformed columns are kept aside (small: ScaleFormer's 2k per chunk)
+and written into their slots after :meth:`ChunkedMethod.combine`. ``method.checkpoint_chunks`` recomputes each encoder micro-batch in
+backward, so a training step holds the kept states plus one micro-batch's activations.
 
 A query prefix (``prefix_ids``) is handled as SLED does with ``prepend_prefix`` and ``encode_prefix``
 (Mivg/SLED ``sled/modeling_sled.py``, ``SledPretrainedModel._run_sliding_window_forward_loop`` /
@@ -24,15 +32,16 @@ from omegaconf import MISSING
 
 from scaleformer.chunking import (
     ChunkLayout,
+    PickFn,
     auto_encoder_batch_size,
     encode_chunks,
     gather_chunk_ids,
     layout_chunks,
-    pack_rows,
     prefix_rows,
 )
 from scaleformer.config import check
 from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig
+from scaleformer.packing import PackedSink, pack_plan, write_rows
 
 
 @dataclass
@@ -45,11 +54,14 @@ class ChunkedConfig(MethodConfig):
     # Chunks per encoder pass: bounds activation memory; all chunks of a batch are encoded either way.
     # 0 = auto: on CUDA, from the free device memory at each call (see auto_encoder_batch_size); 16 on CPU.
     encoder_batch_size: int = 16
+    # Training: recompute each encoder micro-batch in backward (activation checkpointing per micro-batch)
+    # instead of keeping every chunk's activations; the same numbers (random state restored), more time.
+    checkpoint_chunks: bool = False
     # False: chunks are raw slices of the tokenized document (SLED). True: each chunk is wrapped in the
     # backbone's specials (BART <s>..</s>, T5 ..</s>), content shrinks by their count.
     chunk_special_tokens: bool = False
 
-    RUNTIME_KEYS: ClassVar[tuple[str, ...]] = ("encoder_batch_size",)
+    RUNTIME_KEYS: ClassVar[tuple[str, ...]] = ("encoder_batch_size", "checkpoint_chunks")
 
     def __post_init__(self) -> None:
         check(self.chunk_size > 0, "method.chunk_size", self.chunk_size, "must be > 0")
@@ -99,9 +111,17 @@ class ChunkedMethod(Method):
         """Row positions to keep ``[R, G]`` and which are real ``[R, G]`` (CPU; invalid ones = 0)."""
         raise NotImplementedError
 
+    def combined_columns(self, width: int) -> torch.Tensor | None:
+        """Columns of the ``[R, width]`` kept positions that :meth:`combine` transforms (None: none)."""
+        return None
+
     def combine(self, kept: torch.Tensor, layout: ChunkLayout) -> torch.Tensor:
-        """Turn the kept hidden states ``[R, G, d]`` into what the decoder sees, same shape."""
+        """The kept states of :meth:`combined_columns` ``[R, c, d]`` as the decoder sees them, same shape."""
         return kept
+
+    def pick_fn(self, training: bool) -> PickFn | None:
+        """How an encoder micro-batch's kept states are computed (None: the full encoder, then a gather)."""
+        return None
 
     # ------------------------------------------------------------------------------------ encoding
     def encode(self, encoder, input_ids, attention_mask, *, training: bool, prefix_ids=None,
@@ -139,6 +159,9 @@ class ChunkedMethod(Method):
         picks: list = [(None, pos.to(dev))]
         row_len = lay.row_len  # [R] CPU
         p_max = int(lay.doc_prefix.max()) if prefix_ids is not None else 0
+        head_valid = torch.arange(p_max)[None, :] < lay.doc_prefix[:, None] if p_max else None  # [batch, P]
+        plan = pack_plan(valid, lay.table.doc, batch, head_valid)
+        dests = [plan.dst]
         if p_max:  # the kept prefix copy: each prefix encoded on its own, in extra rows after the chunks
             docs, p_ids, p_mask = prefix_rows(prefix_ids, lay.doc_prefix, pad_id=spec.pad_id)  # [B'], [B', P]
             width = max(ids.shape[1], p_max)
@@ -149,15 +172,21 @@ class ChunkedMethod(Method):
             j = torch.arange(p_max)[None, :]  # [1, P]
             picks = [(torch.arange(n_rows), picks[0][1]),
                      (n_rows + torch.arange(docs.shape[0]), torch.minimum(j, lay.doc_prefix[docs][:, None] - 1).to(dev))]
+            dests.append(plan.head_dst[docs])
+        cols = self.combined_columns(pos.shape[1])  # CPU [c] or None
+        if cols is not None:  # written after combine(): their first write goes to the dump
+            dests[0] = dests[0].index_fill(1, cols, plan.slots - 1)
         micro = self.cfg.encoder_batch_size or auto_encoder_batch_size(
             ids.device, ids.shape[1], self.spec, training=training and torch.is_grad_enabled())
-        kept, *pre = encode_chunks(encoder, ids, mask.to(attention_mask.dtype), row_len, micro, picks)
-        rows = self.combine(kept, lay)  # [R, G, d]
-        head = None
-        if p_max:
-            vals = pre[0].new_zeros(batch, p_max, pre[0].shape[-1]).index_copy(0, docs.to(dev), pre[0])  # [batch, P, d]
-            head = (vals, torch.arange(p_max)[None, :] < lay.doc_prefix[:, None])
-        hidden, out_mask = pack_rows(rows, valid, lay.table.doc, batch, head, attention_mask.dtype)
+        # Each micro-batch's kept states go straight into the packed decoder input (gradients flow).
+        sink = PackedSink(plan.slots, [x.to(dev) for x in dests], None if cols is None else (0, cols.to(dev)))
+        encode_chunks(encoder, ids, mask.to(attention_mask.dtype), row_len, micro, picks, sink=sink,
+                      pick_fn=self.pick_fn(training), checkpoint=self.cfg.checkpoint_chunks)
+        flat = sink.flat  # [slots, d] (every batch has rows: empty documents are refused above)
+        if cols is not None and sink.side is not None:  # the transformed columns into their slots
+            fused = self.combine(sink.side, lay)  # [R, c, d]
+            flat = write_rows(flat, plan.dst[:, cols].reshape(-1).to(dev), fused.reshape(-1, fused.shape[-1]))
+        hidden, out_mask = plan.unpack(flat, attention_mask.dtype)
         return Encoded(hidden, out_mask), lay
 
     def decoder_length(self, n_tokens: int) -> int:

@@ -14,6 +14,11 @@ Middle tokens (section 3.3, "random sampling"): in training a fresh uniform draw
 chunk's index in its document, the document position), so the same config gives the same tokens
 whatever the batch, and overlapping chunks draw independently, as in training (ours: the paper does
 not say how evaluation samples). ``uniform`` (ours) spaces them evenly.
+
+Cost (ours, no effect on the numbers beyond float rounding): with ``kept_only_last_layer`` (default)
+the encoder's last layer computes queries, attention output, FFN and final norm only at the kept
+positions, keys and values still from the whole chunk (:mod:`scaleformer.kept_layer`); in training
+with dropout the full layer runs (see there why).
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from typing import ClassVar
 
 import torch
 
-from scaleformer.chunking import ChunkLayout
+from scaleformer.chunking import ChunkLayout, PickFn
 from scaleformer.config import check
 from scaleformer.fusion import span_cumulation
+from scaleformer.kept_layer import encode_at
 from scaleformer.methods.chunked import ChunkedConfig, ChunkedMethod
 
 _MASK32 = 0xFFFFFFFF
@@ -44,8 +50,12 @@ class ScaleFormerConfig(ChunkedConfig):
     middle_strategy: str = "random"
     # Seed of the evaluation-time random selection (same seed + config = same tokens).
     middle_seed: int = 0
+    # The last encoder layer evaluated at the kept positions only (keys/values from the whole chunk):
+    # the same states up to float rounding, faster. false = the full encoder pass.
+    kept_only_last_layer: bool = True
 
     EVAL_KEYS: ClassVar[tuple[str, ...]] = ("middle_seed",)
+    RUNTIME_KEYS: ClassVar[tuple[str, ...]] = (*ChunkedConfig.RUNTIME_KEYS, "kept_only_last_layer")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -108,14 +118,22 @@ class ScaleFormer(ChunkedMethod):
             offset = key.topk(m_eff, dim=1).indices.sort(dim=1).values  # [R, m'] ascending = document order
         return torch.where(ok, lo + offset, 0), ok
 
+    def pick_fn(self, training: bool) -> PickFn | None:
+        return encode_at if self.cfg.kept_only_last_layer else None
+
+    def combined_columns(self, width: int) -> torch.Tensor:
+        """The k left and k right boundary slots (middles pass through unchanged)."""
+        k = self.cfg.boundary_tokens
+        return torch.cat([torch.arange(k), torch.arange(width - k, width)])
+
     def combine(self, kept: torch.Tensor, layout: ChunkLayout) -> torch.Tensor:
-        """Fuse left/right boundaries across each document's chunks (eqs. 2-5), keep middles as is."""
+        """Fuse left/right boundaries ``[R, 2k, d]`` across each document's chunks (eqs. 2-5)."""
         k = self.cfg.boundary_tokens
         t = layout.table
         dev, d = kept.device, kept.shape[-1]
         batch, c_max = t.counts.shape[0], int(t.counts.max())
         slot = (t.doc * c_max + t.index).to(dev)  # [R] place of each chunk in [batch, C]
-        left, right = kept[:, :k], kept[:, kept.shape[1] - k:]  # [R, k, d]
+        left, right = kept[:, :k], kept[:, k:]  # [R, k, d]
 
         def padded(x: torch.Tensor) -> torch.Tensor:  # [R, k, d] -> [batch, C, k, d]
             return x.new_zeros(batch * c_max, k, d).index_copy(0, slot, x).view(batch, c_max, k, d)
@@ -124,7 +142,7 @@ class ScaleFormer(ChunkedMethod):
         lf, rf = span_cumulation(padded(left), padded(right), self.cfg.alpha, chunk_mask)
         lf = lf.reshape(batch * c_max, k, d).index_select(0, slot)  # [R, k, d]
         rf = rf.reshape(batch * c_max, k, d).index_select(0, slot)
-        return torch.cat([lf, kept[:, k:kept.shape[1] - k], rf], 1)  # [R, 2k + m', d]
+        return torch.cat([lf, rf], 1)  # [R, 2k, d]
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
