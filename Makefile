@@ -11,8 +11,9 @@ STAMP  := $(VENV)/.installed
 PROFILE ?= paper
 FORCE   ?=
 LAUNCHER ?=
+LAUNCHER_ARGS ?=
 METHODS ?=
-REPRO   = $(PY) scripts/reproduce.py --profile $(PROFILE) $(if $(FORCE),--force) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(METHODS),--methods $(METHODS))
+REPRO   = $(PY) scripts/reproduce.py --profile $(PROFILE) $(if $(FORCE),--force) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(foreach a,$(LAUNCHER_ARGS),--launcher-arg $(a)) $(if $(METHODS),--methods $(METHODS))
 
 .PHONY: setup run test test-all lint clean table1 table2 figure2 bench
 
@@ -34,7 +35,7 @@ test: setup         ## fast test tier (what CI runs)
 test-all: setup     ## every test, slow ones included (gpu ones skip without CUDA)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-table1: setup       ## results/table1.{md,csv,tex}  (PROFILE=paper|tiny, FORCE=1 re-runs, METHODS=all adds rows)
+table1: setup       ## results/table1.{md,csv,tex}  (PROFILE=paper|tiny|smoke, FORCE=1, METHODS=all, LAUNCHER=slurm LAUNCHER_ARGS="hydra.launcher.partition=gpu")
 	$(REPRO) table1
 
 table2: setup       ## results/table2.{md,csv,tex}

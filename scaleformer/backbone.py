@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+from pathlib import Path
 from typing import Any
 
 from transformers import (
@@ -39,8 +40,11 @@ def _from_hub(loader: Any, ident: str, what: str, key: str, **kwargs: Any) -> An
     if is_local(ident):
         return loader(ident, **kwargs)
     if _looks_like_path(ident):
+        name = Path(ident).name
+        build = next((f"; build it with `python -m scaleformer.reader {arch}`" for arch, r in _readers().items()
+                      if r.name == name and "assets/readers" in ident), "")
         raise ConfigError(f"{key}={ident!r}: no such folder (a local {what} is a folder from save_pretrained; "
-                          "a hub id looks like org/name)")
+                          f"a hub id looks like org/name){build}")
     why = unreachable_reason()
     if why is None:
         return loader(ident, **kwargs)
@@ -48,6 +52,12 @@ def _from_hub(loader: Any, ident: str, what: str, key: str, **kwargs: Any) -> An
         return loader(ident, local_files_only=True, **kwargs)
     except OSError:
         raise HubUnreachableError(unreachable_message(what, ident, why, _LOCAL_HINT.format(id=ident))) from None
+
+
+def _readers() -> dict[str, Any]:
+    from scaleformer.reader import RECIPES
+
+    return RECIPES
 
 
 def load_tokenizer(cfg: BackboneConfig) -> Any:
@@ -156,6 +166,9 @@ def build_model(cfg: BackboneConfig, conf: PretrainedConfig) -> PreTrainedModel:
             raise ConfigError(f"backbone.pretrained={cfg.pretrained!r}: its weights file holds more than tensors "
                               f"({unpickling_reason(e)}), so it was not loaded (unpickling it could run code); "
                               "use a safetensors copy of the model") from None
+        # from_pretrained returns eval mode and Lightning keeps each module's mode at fit start: without
+        # this, fine-tuning a pretrained backbone would run without dropout.
+        model.train()
     else:
         model = AutoModelForSeq2SeqLM.from_config(conf, **kwargs)
     if cfg.gradient_checkpointing:

@@ -86,6 +86,10 @@ class DataConfig:
     # Synthetic set: documents per split and the rough length of each, in words.
     synthetic_docs: dict[str, int] = field(default_factory=lambda: {"train": 64, "validation": 8, "test": 8})
     synthetic_words: int = 3000
+    # Per-split lengths overriding synthetic_words (e.g. {validation: 26000, test: 26000}).
+    synthetic_split_words: dict[str, int] = field(default_factory=dict)
+    # Key events per ledger, an inclusive [min, max] range.
+    synthetic_events: list[int] = field(default_factory=lambda: [6, 9])
     batch_size: int = 1
     eval_batch_size: int = 1
     num_workers: int = 0
@@ -108,6 +112,13 @@ class DataConfig:
         check(self.num_workers >= 0, "data.num_workers", self.num_workers, "must be >= 0")
         for split, n in self.synthetic_docs.items():
             check(n >= 0, f"data.synthetic_docs.{split}", n, "must be >= 0")
+        for split, n in self.synthetic_split_words.items():
+            check(split in ("train", "validation", "test"), "data.synthetic_split_words", split,
+                  "keys must be train, validation or test")
+            _positive(f"data.synthetic_split_words.{split}", n)
+        ev = self.synthetic_events
+        check(len(ev) == 2 and 1 <= ev[0] <= ev[1], "data.synthetic_events", ev,
+              "must be [min, max] with 1 <= min <= max")
 
 
 @dataclass
@@ -259,10 +270,14 @@ class MetricsConfig:
     # characters one token each). See scaleformer/metrics/rouge.py.
     rouge_tokenizer: str = "scrolls"
     bertscore: BertScoreConfig = field(default_factory=BertScoreConfig)
+    # Fact recall (scaleformer.metrics.facts): "auto" scores it when every reference is a ledger summary
+    # of the bundled synthetic task (absent elsewhere); "off" never.
+    facts: str = "auto"
 
     def __post_init__(self) -> None:
         check(self.sentence_splitter in ("auto", "nltk", "regex"), "metrics.sentence_splitter",
               self.sentence_splitter, "must be auto, nltk or regex")
+        check(self.facts in ("auto", "off"), "metrics.facts", self.facts, "must be auto or off")
         check(self.rouge_tokenizer in ("scrolls", "unicode"), "metrics.rouge_tokenizer", self.rouge_tokenizer,
               "must be scrolls (rouge_score's a-z0-9 tokens, as the papers) or unicode (letters of any script)")
 

@@ -77,16 +77,19 @@ def count_parameters(model: Any) -> str:
 
 _SHOWN = (("rouge1", "R-1"), ("rouge2", "R-2"), ("rougeL", "R-L"), ("rougeLsum", "R-Lsum"),
           ("bertscore_f1", "BERTScore"))
+# Synthetic ledgers only (scaleformer.metrics.facts): events stated exactly, and their parts.
+_FACTS = (("fact_recall", "Facts"), ("fact_field_recall", "Fact parts"))
 
 
 def summary_table(result: dict[str, Any], out_dir: Path) -> str:
     """A short table of the headline numbers, then where the files are."""
     m = result["method"]
-    header = f"{'split':<12}{'n':>6}" + "".join(f"{label:>11}" for _, label in _SHOWN)
+    shown = [*_SHOWN, *_FACTS] if any("fact_recall" in s for s in result["splits"].values()) else list(_SHOWN)
+    header = f"{'split':<12}{'n':>6}" + "".join(f"{label:>11}" for _, label in shown)
     lines = ["", f"run {result['run_id']}  ({m['option']}, {result['backbone']['name']}, {result['data']['name']}; "
              f"step {result['step']}, {result['wall_time_s']:.0f} s)", header]
     for split, s in result["splits"].items():
-        vals = "".join(f"{s[k]:>11.2f}" if isinstance(s.get(k), int | float) else f"{'-':>11}" for k, _ in _SHOWN)
+        vals = "".join(f"{s[k]:>11.2f}" if isinstance(s.get(k), int | float) else f"{'-':>11}" for k, _ in shown)
         lines.append(f"{split:<12}{s['n_examples']:>6}{vals}")
     lines.append(f"results: {out_dir}")
     return "\n".join(lines)

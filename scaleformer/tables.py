@@ -1,10 +1,16 @@
 """The paper's artifacts from results files: grid expansion, launching, Table 1/2 and Figure 2.
 
-An artifact is one declarative file in experiments/ (grid, columns, the paper's value per cell).
-Numbers come only from each run's ``eval/<evaluation>/metrics.json``: a missing or corrupt file is
-reported by name and shown as such, never read as zero; a method the framework lacks shows as
-"not run". Rows are the spec's methods; ``methods="all"`` adds every other ``conf/method/`` option
-(a newly added method appears without editing the spec, with no paper value beside it).
+An artifact is one declarative file in experiments/ (grid, columns, the paper's value per cell, and
+one block per profile). Numbers come only from each run's ``eval/<evaluation>/metrics.json``: a
+missing or corrupt file is reported by name and shown as such, never read as zero; a method the
+framework lacks shows as "not run". Rows are the spec's methods; ``methods="all"`` adds every other
+``conf/method/`` option (a newly added method appears without editing the spec, with no paper value
+beside it). Profiles may rename the columns (``labels``: what the synthetic stand-ins are), give a
+method its own settings (``method_overrides``), add metrics (``extra_metrics``: fact recall, shown
+with the truncation ceiling of each column) and share
+one training per method across columns (``share_training``, see :func:`expand_grid`). Running a
+grid, on this machine with progress lines or as Hydra multiruns (any launcher), is
+:mod:`scaleformer.gridrun`.
 """
 
 from __future__ import annotations
@@ -13,7 +19,6 @@ import csv
 import io
 import json
 import math
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +42,21 @@ class Cell:
     available: bool = True
     run_id: str | None = None
     result_dir: Path | None = None  # where the run writes this cell's metrics.json
+    run_dir: Path | None = None
+    train_from: Cell | None = None  # shared training: the cell whose weights this one evaluates
+
+    @property
+    def checkpoint(self) -> Path | None:
+        """The checkpoint a shared-training cell starts from (its source's newest)."""
+        src = self.train_from
+        return None if src is None or src.run_dir is None else src.run_dir / "checkpoints" / "last.ckpt"
+
+    def run_overrides(self) -> list[str]:
+        """The overrides that run this cell; a shared-training cell starts from its source's weights
+        (that override goes before the last one, which stays the value a multirun sweeps)."""
+        if self.train_from is None:
+            return list(self.overrides)
+        return [*self.overrides[:-1], f"trainer.ckpt_path={self.checkpoint}", self.overrides[-1]]
 
 
 @dataclass
@@ -54,6 +74,25 @@ def _check_profile(spec: dict[str, Any], profile: str) -> dict[str, Any]:
     if profile not in spec["profiles"]:
         raise ValueError(f"PROFILE={profile!r}: {spec['artifact']} has profiles {sorted(spec['profiles'])}")
     return spec["profiles"][profile]
+
+
+def backbone_option(spec: dict[str, Any], profile: str) -> str:
+    """The backbone option of a profile (the spec's ``backbone`` map: profile -> conf/backbone option)."""
+    _check_profile(spec, profile)
+    if profile not in spec["backbone"]:
+        raise ValueError(f"{spec['artifact']}: no backbone for profile {profile!r} (backbone: {spec['backbone']})")
+    return spec["backbone"][profile]
+
+
+def profile_metrics(spec: dict[str, Any], profile: str) -> list[str]:
+    """The spec's metrics plus the profile's ``extra_metrics`` (e.g. fact recall on synthetic data)."""
+    base = spec["metrics"] if "metrics" in spec else [spec["metric"]]  # tables list several; figures one
+    return [*base, *_check_profile(spec, profile).get("extra_metrics", [])]
+
+
+def column_label(spec: dict[str, Any], profile: str, key: str) -> str:
+    """A column's name: the profile's label for it (a synthetic stand-in names what it is), else the key."""
+    return _check_profile(spec, profile).get("labels", {}).get(key, key)
 
 
 def method_available(option: str) -> bool:
@@ -81,21 +120,37 @@ def select_methods(spec: dict[str, Any], methods: str | list[str] | None) -> lis
 
 
 def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | None = None) -> list[Cell]:
-    """Every run the artifact needs, with the Hydra overrides that produce it."""
+    """Every run the artifact needs, with the Hydra overrides that produce it.
+
+    With ``share_training: <column>`` the profile's columns differ only in their evaluation data:
+    each method trains once, on that column, and the other columns' cells evaluate those weights
+    (``train_from``; they resume from its checkpoint with nothing left to train).
+    """
     prof = _check_profile(spec, profile)
-    base = [f"backbone={spec['backbone'][profile]}", f"tag={spec['artifact']}-{profile}", *prof["overrides"]]
+    base = [f"backbone={backbone_option(spec, profile)}", f"tag={spec['artifact']}-{profile}", *prof["overrides"]]
     cells = []
     if "sweeps" in spec:
-        data = [f"data={prof['data']}"]
+        data = [f"data={prof['data']}", *prof.get("data_overrides", [])]
         for name, sweep in spec["sweeps"].items():
-            for v in sweep["values"]:
+            for v in prof.get("values", {}).get(name, sweep["values"]):
                 cells.append(Cell(name, spec["method"], [*base, *data, f"method={spec['method']}",
                                                          f"{sweep['key']}={v}"], value=v))
         return cells
+    shared = prof.get("share_training")
+    if shared is not None and shared not in spec["datasets"]:
+        raise ValueError(f"profiles.{profile}.share_training={shared!r}: not one of the columns {spec['datasets']}")
     for ds in spec["datasets"]:
         data = [f"data={prof['data'][ds]}", *prof.get("data_overrides", {}).get(ds, [])]
         for m in select_methods(spec, methods):
-            cells.append(Cell(ds, m, [*base, *data, f"method={m}"], available=method_available(m)))
+            # A method's own settings go before its group choice, which stays last (multiruns sweep it);
+            # Hydra applies value overrides after the group choices whatever their order.
+            own = prof.get("method_overrides", {}).get(m, [])
+            cells.append(Cell(ds, m, [*base, *data, *own, f"method={m}"], available=method_available(m)))
+    if shared is not None:
+        source = {c.method: c for c in cells if c.key == shared}
+        for c in cells:
+            if c.key != shared:
+                c.train_from = source[c.method]
     return cells
 
 
@@ -107,35 +162,7 @@ def resolve_run_ids(cells: list[Cell], root: Path | None = None) -> None:
     for c in cells:
         if c.available:
             rc = to_config(compose_config([*c.overrides, *([f"paths.root={root}"] if root else [])]))
-            c.run_id, c.result_dir = rc.paths.run_id, expected_eval_dir(rc)
-
-
-def launch(spec: dict[str, Any], profile: str, root: Path, force: bool = False, launcher: str | None = None,
-           python: str = sys.executable, methods: str | list[str] | None = None) -> list[list[str]]:
-    """Run the grid's missing cells as Hydra multiruns (one per dataset column or sweep).
-
-    Finished cells are skipped by the runs themselves (skip_existing=true) unless `force`, which
-    retrains them from scratch. Returns the commands it ran.
-    """
-    cells = [c for c in expand_grid(spec, profile, methods) if c.available]
-    resolve_run_ids(cells, root)
-    todo = cells if force else [c for c in cells if not (c.result_dir / "metrics.json").exists()]
-    groups: dict[tuple[tuple[str, ...], str], list[Cell]] = {}
-    for c in todo:  # cells differing only in the value of their last override form one sweep
-        groups.setdefault((tuple(c.overrides[:-1]), c.overrides[-1].split("=", 1)[0]), []).append(c)
-    commands = []
-    for (common, key), group in groups.items():
-        values = ",".join(c.overrides[-1].split("=", 1)[1] for c in group)
-        cmd = [python, str(ROOT / "train.py"), "-m", *common, f"{key}={values}", f"paths.root={root}",
-               f"skip_existing={'false' if force else 'true'}", *(["trainer.ckpt_path=null"] if force else [])]
-        if launcher:
-            cmd.append(f"hydra/launcher={launcher}")
-        print("+ " + " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True, cwd=ROOT)
-        commands.append(cmd)
-    if not todo:
-        print(f"{spec['artifact']}: all {len(cells)} runs have results; nothing to launch (FORCE=1 re-runs)")
-    return commands
+            c.run_id, c.result_dir, c.run_dir = rc.paths.run_id, expected_eval_dir(rc), Path(str(rc.paths.run_dir))
 
 
 def collect(cells: list[Cell]) -> Collected:
@@ -165,8 +192,14 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
-def table_rows(spec: dict[str, Any], cells: list[Cell], got: Collected) -> list[dict[str, Any]]:
-    """One row per (split, method, dataset, metric): ours, the paper's, the difference, provenance."""
+def table_rows(spec: dict[str, Any], cells: list[Cell], got: Collected, metrics: list[str] | None = None,
+               ceilings: dict[tuple[str, str], float] | None = None) -> list[dict[str, Any]]:
+    """One row per (split, method, dataset, metric): ours, the paper's, the difference, provenance.
+
+    ``ceilings`` ((split label, column) -> the truncation ceiling of fact recall) adds rows of the
+    pseudo-method ``truncation_ceiling``: computed from the data, not from a run.
+    """
+    metrics = metrics or spec["metrics"]
     rows = []
     for split_label, split in spec["splits"].items():
         for c in cells:
@@ -177,50 +210,77 @@ def table_rows(spec: dict[str, Any], cells: list[Cell], got: Collected) -> list[
                       else "missing" if result is None
                       else "no references (leaderboard predictions only)" if m and m.get("scored") is False
                       else "ok" if m else f"no {split} split")
-            for i, metric in enumerate(spec["metrics"]):
+            for metric in metrics:
+                i = spec["metrics"].index(metric) if metric in spec["metrics"] else None
                 ours = _num(m.get(metric)) if status == "ok" else None
-                ref = _num(paper[i]) if paper else None
+                ref = _num(paper[i]) if paper and i is not None else None
                 rows.append({
                     "split": split_label, "method": c.method, "dataset": c.key, "metric": metric,
                     "ours": ours, "paper": ref, "diff": None if ours is None or ref is None else ours - ref,
                     "status": status, "run_id": c.run_id or "",
                     "evaluation": c.result_dir.name if c.result_dir else "",
+                    "trained_in": c.train_from.run_id if c.train_from and c.train_from.run_id else c.run_id or "",
                     "commit": (result or {}).get("commit", ""),
                 })
+        for ds in spec["datasets"]:
+            if ceilings and (split_label, ds) in ceilings:
+                rows.append({"split": split_label, "method": CEILING, "dataset": ds, "metric": "fact_recall",
+                             "ours": ceilings[(split_label, ds)], "paper": None, "diff": None,
+                             "status": "computed from the data", "run_id": "", "evaluation": "",
+                             "trained_in": "", "commit": ""})
     return rows
+
+
+CEILING = "truncation_ceiling"
+CEILING_LABEL = "Trunc. ceiling (events in 1st window)"
 
 
 def _fmt(x: float | None) -> str:
     return "–" if x is None else f"{x:.1f}"
 
 
-def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: list[str]) -> str:
+def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: list[str],
+                    profile: str = "paper") -> str:
     """Per cell 'ours (paper, ±diff)'; a provenance table of runs below."""
-    datasets, metrics = spec["datasets"], spec["metrics"]
+    datasets = spec["datasets"]
+    metrics = list(dict.fromkeys(r["metric"] for r in rows if r["method"] != CEILING)) or spec["metrics"]
     labels = spec.get("metric_labels", {})
-    head = ["split", "method", *[f"{d} {labels.get(m, m)}" for d in datasets for m in metrics]]
+    head = ["split", "method", *[f"{column_label(spec, profile, d)} {labels.get(m, m)}" for d in datasets
+                                 for m in metrics]]
+    renamed = [f"{column_label(spec, profile, d)} = the paper's {d}" for d in datasets
+               if column_label(spec, profile, d) != d]
     lines = [f"# {spec['title']}", "",
              "Each cell: ours (paper, ours - paper). `–`: no number (see status below). dev = validation "
-             "split; test = test split (scored locally only where references are public).", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+             "split; test = test split (scored locally only where references are public).", ""]
+    if renamed:
+        lines += [f"Profile `{profile}`: our columns are stand-ins, the paper's values are beside them: "
+                  + "; ".join(renamed) + ".", ""]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     by = {(r["split"], r["method"], r["dataset"], r["metric"]): r for r in rows}
     for split in spec["splits"]:
         for meth in dict.fromkeys(r["method"] for r in rows):
             cells = []
             for d in datasets:
                 for m in metrics:
-                    r = by[(split, meth, d, m)]
+                    r = by.get((split, meth, d, m))
+                    if r is None:
+                        cells.append("")
+                        continue
                     diff = "" if r["diff"] is None else f", {r['diff']:+.1f}"
-                    cells.append(f"{_fmt(r['ours'])} ({_fmt(r['paper'])}{diff})")
-            lines.append(f"| {split} | {spec['method_labels'].get(meth, meth)} | " + " | ".join(cells) + " |")
-    lines += ["", "| method | dataset | status | run | evaluation | commit |", "|---|---|---|---|---|---|"]
+                    cells.append(_fmt(r["ours"]) + ("" if r["paper"] is None and meth == CEILING
+                                                    else f" ({_fmt(r['paper'])}{diff})"))
+            label = CEILING_LABEL if meth == CEILING else spec["method_labels"].get(meth, meth)
+            lines.append(f"| {split} | {label} | " + " | ".join(cells) + " |")
+    lines += ["", "| method | dataset | status | run | trained in | evaluation | commit |",
+              "|---|---|---|---|---|---|---|"]
     seen = set()
     for r in rows:
         k = (r["method"], r["dataset"])
-        if k not in seen:
+        if k not in seen and r["method"] != CEILING:
             seen.add(k)
-            lines.append(f"| {r['method']} | {r['dataset']} | {r['status']} | {r['run_id']} | {r['evaluation']} "
-                         f"| {r['commit'][:12]} |")
+            trained = "" if r["trained_in"] == r["run_id"] else r["trained_in"]
+            lines.append(f"| {r['method']} | {column_label(spec, profile, r['dataset'])} | {r['status']} "
+                         f"| {r['run_id']} | {trained or 'same'} | {r['evaluation']} | {r['commit'][:12]} |")
     if problems:
         lines += ["", "Problems:", *[f"- {p}" for p in problems]]
     return "\n".join(lines) + "\n"
@@ -234,18 +294,22 @@ def render_csv(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def render_latex(spec: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    datasets, metrics = spec["datasets"], spec["metrics"]
+def render_latex(spec: dict[str, Any], rows: list[dict[str, Any]], profile: str = "paper") -> str:
+    datasets = spec["datasets"]
+    metrics = list(dict.fromkeys(r["metric"] for r in rows if r["method"] != CEILING)) or spec["metrics"]
     labels = spec.get("metric_labels", {})
     by = {(r["split"], r["method"], r["dataset"], r["metric"]): r for r in rows}
     cols = "ll" + "r" * (len(datasets) * len(metrics))
     out = [r"\begin{tabular}{" + cols + "}", r"\toprule",
-           " & & " + " & ".join(rf"\multicolumn{{{len(metrics)}}}{{c}}{{{d}}}" for d in datasets) + r" \\",
+           " & & " + " & ".join(rf"\multicolumn{{{len(metrics)}}}{{c}}{{{column_label(spec, profile, d)}}}"
+                                for d in datasets) + r" \\",
            " & Method & " + " & ".join(labels.get(m, m) for _ in datasets for m in metrics) + r" \\", r"\midrule"]
     for split in spec["splits"]:
         for meth in dict.fromkeys(r["method"] for r in rows):
-            vals = [_fmt(by[(split, meth, d, m)]["ours"]).replace("–", "--") for d in datasets for m in metrics]
-            out.append(f"{split} & {spec['method_labels'].get(meth, meth)} & " + " & ".join(vals) + r" \\")
+            vals = [_fmt((by.get((split, meth, d, m)) or {}).get("ours")).replace("–", "--")
+                    for d in datasets for m in metrics]
+            label = CEILING_LABEL if meth == CEILING else spec["method_labels"].get(meth, meth)
+            out.append(f"{split} & {label} & " + " & ".join(vals) + r" \\")
         out.append(r"\midrule")
     out[-1] = r"\bottomrule"
     out.append(r"\end{tabular}")
@@ -258,12 +322,18 @@ def build_table(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
     cells = expand_grid(spec, profile, methods)
     resolve_run_ids(cells, root)
     got = collect(cells)
-    rows = table_rows(spec, cells, got)
+    metrics = profile_metrics(spec, profile)
+    ceilings = None
+    if "fact_recall" in metrics:
+        from scaleformer.gridrun import truncation_ceilings
+
+        ceilings = truncation_ceilings(spec, profile, cells, root)
+    rows = table_rows(spec, cells, got, metrics, ceilings)
     name = spec["artifact"]
     return {
-        "md": atomic_write_text(out_dir / f"{name}.md", render_markdown(spec, rows, got.problems)),
+        "md": atomic_write_text(out_dir / f"{name}.md", render_markdown(spec, rows, got.problems, profile)),
         "csv": atomic_write_text(out_dir / f"{name}.csv", render_csv(rows)),
-        "tex": atomic_write_text(out_dir / f"{name}.tex", render_latex(spec, rows)),
+        "tex": atomic_write_text(out_dir / f"{name}.tex", render_latex(spec, rows, profile)),
     }
 
 
@@ -278,6 +348,7 @@ def build_figure(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
     cells = expand_grid(spec, profile)
     resolve_run_ids(cells, root)
     got = collect(cells)
+    extra = [m for m in profile_metrics(spec, profile) if m != spec["metric"]]
     rows = []
     for c in cells:
         result = got.results.get((c.key, c.method, c.value))
@@ -285,22 +356,28 @@ def build_figure(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
         paper = (spec.get("paper", {}).get(c.key) or {}).get(c.value)
         rows.append({"sweep": c.key, "key": spec["sweeps"][c.key]["key"], "value": c.value,
                      "ours": _num(m.get(spec["metric"])), "paper": _num(paper),
+                     **{metric: _num(m.get(metric)) for metric in extra},
                      "status": "ok" if _num(m.get(spec["metric"])) is not None else "missing",
                      "run_id": c.run_id, "commit": (result or {}).get("commit", "")})
-    fig, axes = plt.subplots(1, len(spec["sweeps"]), figsize=(4.2 * len(spec["sweeps"]), 3.4))
-    for ax, (name, sweep) in zip(list(getattr(axes, "flat", [axes])), spec["sweeps"].items()):
-        pts = [r for r in rows if r["sweep"] == name]
-        ours = [(r["value"], r["ours"]) for r in pts if r["ours"] is not None]
-        paper = [(r["value"], r["paper"]) for r in pts if r["paper"] is not None]
-        if ours:
-            ax.plot(*zip(*ours), "o-", label=f"ours ({profile})")
-        if paper:
-            ax.plot(*zip(*paper), "s", color="black", fillstyle="none", label="paper (stated in text)")
-        ax.set_title(sweep["label"])
-        ax.set_xlabel(sweep["key"])
-        ax.set_ylabel(spec["metric"])
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    panels = [spec["metric"], *extra]  # one row of panels per metric
+    labels = spec.get("metric_labels", {})
+    fig, axes = plt.subplots(len(panels), len(spec["sweeps"]), squeeze=False,
+                             figsize=(4.2 * len(spec["sweeps"]), 3.4 * len(panels)))
+    for row, metric in enumerate(panels):
+        for ax, (name, sweep) in zip(axes[row], spec["sweeps"].items()):
+            pts = [r for r in rows if r["sweep"] == name]
+            col = "ours" if metric == spec["metric"] else metric
+            ours = [(r["value"], r[col]) for r in pts if r[col] is not None]
+            paper = [(r["value"], r["paper"]) for r in pts if r["paper"] is not None] if col == "ours" else []
+            if ours:
+                ax.plot(*zip(*ours), "o-", label=f"ours ({profile})")
+            if paper:
+                ax.plot(*zip(*paper), "s", color="black", fillstyle="none", label="paper (stated in text)")
+            ax.set_title(sweep["label"])
+            ax.set_xlabel(sweep["key"])
+            ax.set_ylabel(labels.get(metric, metric))
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
     fig.suptitle(spec["title"], fontsize=9)
     fig.tight_layout()
     buf = io.BytesIO()

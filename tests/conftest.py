@@ -16,11 +16,17 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 
+# The fast tier trains the smallest random backbone unless a test names another: the embedded
+# default's pretrained reader is exercised by the README, reader and slow tests.
+TEST_DEFAULTS = ["backbone=tiny_bart", "optim=tiny"]
+
+
 def compose(overrides: list[str] | None = None):
-    """Compose conf/config.yaml with overrides, exactly as `python train.py ...` would."""
+    """Compose conf/config.yaml with overrides as `python train.py ...` would, on tiny_bart and its
+    optimiser unless the overrides choose another backbone or optimiser."""
     from scaleformer.config import compose_config
 
-    return compose_config(overrides, str(CONF))
+    return compose_config([*TEST_DEFAULTS, *(overrides or [])], str(CONF))
 
 
 @pytest.fixture

@@ -107,9 +107,16 @@ def test_scaleformer_middle_inherits_scaleformer():
 
 
 def test_data_options_inherit_the_shared_defaults():
+    """Every data option reaches _defaults (or _scrolls, which does) through its defaults chain."""
+    import yaml
+
+    def chain(option: str) -> list[str]:
+        spec = yaml.safe_load((CONF / "data" / f"{option}.yaml").read_text())
+        parents = [d for d in spec.get("defaults", []) if isinstance(d, str) and d != "_self_"]
+        return [p for parent in parents for p in (parent, *chain(parent))]
+
     for option in _options("data"):
-        text = (CONF / "data" / f"{option}.yaml").read_text()
-        assert "defaults:" in text and ("_defaults" in text or "_scrolls" in text), option
+        assert {"_defaults", "_scrolls"} & set(chain(option)), option
 
 
 def test_runs_are_named_by_the_method_option():

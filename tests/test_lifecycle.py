@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, compose
+from conftest import ROOT, TEST_DEFAULTS, compose
 
 from scaleformer import checkpoints, runtime
 from scaleformer.config import ConfigError
@@ -203,8 +203,8 @@ def test_scrolls_submission_files_follow_the_official_format(tmp_path):
 
 def _train_py(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "train.py", *TEST_DEFAULTS, *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_two_ddp_processes_give_the_same_predictions_as_one(tmp_path):
@@ -287,3 +287,23 @@ def test_a_query_prefix_too_long_for_the_window_fails_before_the_model_is_built(
     with pytest.raises(ConfigError, match=r"query prefix of \d+ tokens does not fit beside method\.chunk_size=1000"):
         run(compose(_tiny(tmp_path, "data=local", f"data.path={data}", "data.prefix_field=query", "method=sled",
                           "method.chunk_size=1000", "data.splits.validation=null", "data.splits.test=null")))
+
+
+def test_input_blind_baselines_score_the_model_without_its_input(tmp_path, capsys):
+    """The exported model on its own documents, on swapped ones and on none, beside the most frequent
+    training summary; fact recall is in every row on the synthetic ledgers, and in the run's table."""
+    from scaleformer.console import summary_table
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from input_blind import main
+
+    result = run(compose(_tiny(tmp_path)))
+    assert "Facts" in summary_table(result, tmp_path).splitlines()[2]
+    run_dir = _run_dir(result, tmp_path / "results")
+    assert main([str(run_dir), "--limit", "1"]) == 2, "one document cannot be swapped with another"
+    assert main([str(run_dir)]) == 0
+    out = json.loads((run_dir / "eval" / "input_blind_validation.json").read_text())
+    assert list(out["baselines"]) == ["own document", "another document", "no document", "training summary"]
+    assert out["n"] == 2 and all("fact_recall" in b["scores"] and "rouge1" in b["scores"]
+                                 for b in out["baselines"].values())
+    assert "fact_recall" in capsys.readouterr().out

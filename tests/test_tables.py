@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 
 import pytest
 from conftest import ROOT
 
-from scaleformer import tables
+from scaleformer import gridrun, tables
 
 SPECS = {name: tables.load_spec(ROOT / "experiments" / f"{name}.yaml") for name in ("table1", "table2", "figure2")}
 PAPER = ROOT.parent / "shared" / "papers" / "scaleformer.md"
@@ -20,15 +21,17 @@ def test_grid_expansion_covers_every_cell():
     missing = {m for m in ("memorizing", "unlimiformer") if not (ROOT / "conf" / "method" / f"{m}.yaml").exists()}
     assert {c.method for c in cells if not c.available} == missing
     sled_gov = next(c for c in cells if c.method == "sled" and c.key == "govreport")
-    assert "method=sled" in sled_gov.overrides and "backbone=tiny_bart" in sled_gov.overrides
-    assert "data.synthetic_words=3500" in sled_gov.overrides
+    assert sled_gov.overrides[-1] == "method=sled" and "backbone=tiny_bart_reader" in sled_gov.overrides
+    assert "data=ledgers_medium" in sled_gov.overrides
+    smoke = next(c for c in tables.expand_grid(SPECS["table1"], "smoke") if c.method == "sled" and c.key == "govreport")
+    assert "backbone=tiny_bart" in smoke.overrides and "++data.synthetic_split_words={validation:400,test:400}" in smoke.overrides
     fig = tables.expand_grid(SPECS["figure2"], "tiny")
     assert len(fig) == 11 + 7 + 5
     assert any("method.alpha=0.3" in c.overrides for c in fig)
 
 
 def test_cells_get_distinct_run_ids():
-    cells = [c for c in tables.expand_grid(SPECS["table2"], "tiny") if c.available]
+    cells = [c for c in tables.expand_grid(SPECS["table2"], "smoke") if c.available]
     tables.resolve_run_ids(cells)
     assert len({c.run_id for c in cells}) == len(cells)
     assert all(f"-{c.method}-" in c.run_id for c in cells), "runs are named by the method option"
@@ -55,7 +58,7 @@ def _fake_result(run_id: str, value: float) -> dict:
 
 def test_render_table_from_hand_made_results(tmp_path):
     spec = SPECS["table2"]
-    cells = [c for c in tables.expand_grid(spec, "tiny") if c.available]
+    cells = [c for c in tables.expand_grid(spec, "smoke") if c.available]
     tables.resolve_run_ids(cells, tmp_path)
     for i, c in enumerate(cells):
         d = c.result_dir
@@ -66,7 +69,7 @@ def test_render_table_from_hand_made_results(tmp_path):
             (d / "metrics.json").write_text('{"splits": {"validation": ')  # corrupt
             continue
         (d / "metrics.json").write_text(json.dumps(_fake_result(c.run_id, 30.0 + i)))
-    paths = tables.build_table(spec, "tiny", tmp_path, tmp_path)
+    paths = tables.build_table(spec, "smoke", tmp_path, tmp_path)
     md = paths["md"].read_text()
     assert f"missing: {cells[0].result_dir / 'metrics.json'}" in md
     assert f"corrupt: {cells[1].result_dir / 'metrics.json'}" in md
@@ -98,17 +101,17 @@ def test_figure_written_and_not_empty(tmp_path):
 def test_launch_skips_finished_cells_and_force_reruns(tmp_path, monkeypatch):
     spec = SPECS["table2"]
     calls = []
-    monkeypatch.setattr(tables.subprocess, "run", lambda cmd, **kw: calls.append(cmd))
-    cells = [c for c in tables.expand_grid(spec, "tiny") if c.available]
+    monkeypatch.setattr(gridrun.subprocess, "run", lambda cmd, **kw: calls.append(cmd))
+    cells = [c for c in tables.expand_grid(spec, "paper") if c.available]
     tables.resolve_run_ids(cells, tmp_path)
     for c in cells[:-1]:  # all but one cell finished
         c.result_dir.mkdir(parents=True)
         (c.result_dir / "metrics.json").write_text("{}")
-    tables.launch(spec, "tiny", tmp_path)
+    gridrun.launch(spec, "paper", tmp_path)
     assert len(calls) == 1
     assert f"method={cells[-1].method}" in calls[0] and "skip_existing=true" in calls[0]
     calls.clear()
-    tables.launch(spec, "tiny", tmp_path, force=True)
+    gridrun.launch(spec, "paper", tmp_path, force=True)
     assert len(calls) == 2  # one multirun per dataset column, every method in it
     assert all("skip_existing=false" in c and "trainer.ckpt_path=null" in c for c in calls)
     assert any(a == "method=truncation,sled,scaleformer,scaleformer_middle" for a in calls[0])
@@ -155,9 +158,116 @@ def test_paper_values_match_the_paper():
 
 def test_launch_sends_one_sweep_per_ablation(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(tables.subprocess, "run", lambda cmd, **kw: calls.append(cmd))
-    tables.launch(SPECS["figure2"], "tiny", tmp_path)
+    monkeypatch.setattr(gridrun.subprocess, "run", lambda cmd, **kw: calls.append(cmd))
+    gridrun.launch(SPECS["figure2"], "tiny", tmp_path)
     sweeps = sorted(next(a for a in c if a.startswith("method.")) for c in calls)
     assert sweeps == ["method.alpha=0.0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1.0",
                       "method.middle_tokens=0,50,100,200,300,400,500",
                       "method.overlap=50,100,150,200,250"]
+
+
+# ---- profiles: smoke (CI) and tiny (the CPU demonstration) ----------------------------------------------
+
+
+def test_every_artifact_has_paper_smoke_and_tiny_profiles():
+    for name, spec in SPECS.items():
+        assert {"paper", "smoke", "tiny"} <= set(spec["profiles"]), name
+        for profile in ("smoke", "tiny"):
+            assert spec["profiles"][profile].get("runner") == "local", (name, profile)
+            cells = tables.expand_grid(spec, profile)
+            tables.resolve_run_ids(cells)  # every cell composes and validates
+            assert all(c.run_id for c in cells if c.available)
+
+
+def test_tiny_columns_are_named_for_what_they_are():
+    spec = SPECS["table1"]
+    labels = [tables.column_label(spec, "tiny", d) for d in spec["datasets"]]
+    assert all(label.startswith("synthetic ") for label in labels) and len(set(labels)) == 3
+    assert tables.profile_metrics(spec, "tiny")[-2:] == ["fact_recall", "fact_field_recall"]
+    assert "fact_recall" not in tables.profile_metrics(spec, "paper")
+
+
+def test_shared_training_reuses_one_checkpoint_per_method(tmp_path):
+    spec = SPECS["table1"]
+    cells = [c for c in tables.expand_grid(spec, "tiny") if c.available]
+    tables.resolve_run_ids(cells, tmp_path)
+    shared = spec["profiles"]["tiny"]["share_training"]
+    for c in cells:
+        if c.key == shared:
+            assert c.train_from is None and c.run_overrides() == c.overrides
+        else:
+            assert c.train_from.key == shared and c.train_from.method == c.method
+            ov = c.run_overrides()
+            assert ov[-1] == f"method={c.method}", "the method stays last: multiruns sweep it"
+            assert f"trainer.ckpt_path={c.train_from.run_dir / 'checkpoints' / 'last.ckpt'}" in ov
+            assert c.run_id != c.train_from.run_id, "each column keeps its own run folder and evaluation"
+    with pytest.raises(ValueError, match="share_training='nope'"):
+        tables.expand_grid({**spec, "profiles": {"x": {**spec["profiles"]["tiny"], "share_training": "nope"}},
+                            "backbone": {"x": "tiny_bart"}}, "x")
+
+
+def test_smoke_profile_runs_the_grid_and_renders_it(tmp_path):
+    """Grid -> runs -> rendered files, in seconds: one method on the three smoke columns (one training,
+    two evaluations of its weights), then the table with fact recall and the truncation ceiling."""
+    from scaleformer.gridrun import run_grid
+
+    spec = SPECS["table1"]
+    log = tmp_path / "progress.txt"
+    with log.open("w") as f:
+        assert run_grid(spec, "smoke", tmp_path, methods="truncation", log=f) == []
+    lines = log.read_text().splitlines()
+    assert lines[0].startswith("table1 (smoke): 3 of 3 runs to do (1 train, 2 reuse weights); estimate")
+    assert sum(line.startswith("[") and ": done in " in line for line in lines) == 3
+    paths = tables.build_table(spec, "smoke", tmp_path, tmp_path, methods="truncation")
+    md = paths["md"].read_text()
+    assert "Problems" not in md and "synthetic 1.4k Facts" in md and tables.CEILING_LABEL in md
+    rows = list(__import__("csv").DictReader(paths["csv"].open()))
+    ours = [r for r in rows if r["method"] == "truncation" and r["status"] == "ok"]
+    assert len(ours) == 2 * 3 * len(tables.profile_metrics(spec, "smoke"))
+    facts = [r for r in ours if r["metric"] == "fact_recall"]
+    assert facts and all(r["ours"] != "" for r in facts), "fact recall is scored on the synthetic columns"
+    ceil = {(r["split"], r["dataset"]): float(r["ours"]) for r in rows if r["method"] == tables.CEILING}
+    assert set(ceil) == {(s, d) for s in ("dev", "test") for d in spec["datasets"]}
+    assert ceil[("dev", "summscreen")] == 100.0, "a 0.2k ledger lies wholly inside the first window"
+    shared = [r for r in ours if r["dataset"] != "summscreen"]
+    assert all(r["trained_in"] != r["run_id"] for r in shared)
+    with log.open("w") as f:  # a second call finds every result and runs nothing
+        assert run_grid(spec, "smoke", tmp_path, methods="truncation", log=f) == []
+    assert "nothing to run" in log.read_text()
+
+
+def test_a_profile_gives_one_method_its_own_settings_before_its_group_choice():
+    spec = SPECS["table1"]
+    cells = [c for c in tables.expand_grid(spec, "tiny") if c.method == "unlimiformer"]
+    assert all(c.overrides[-2:] == ["method.training_mode=alternating", "method=unlimiformer"] for c in cells)
+    tables.resolve_run_ids(cells)
+    from scaleformer.config import compose_config
+
+    assert compose_config(cells[0].overrides).method.training_mode == "alternating"
+    others = [c for c in tables.expand_grid(spec, "tiny") if c.method == "sled"]
+    assert not any("training_mode" in o for c in others for o in c.overrides)
+
+
+def test_launch_forwards_launcher_args_and_names_failed_cells(tmp_path, monkeypatch):
+    """A failing multirun does not stop the next; its failed.json lines come back; the launcher's
+    settings reach every command."""
+    import json as _json
+
+    spec = SPECS["table2"]
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        if len(calls) == 1:  # the first multirun: one cell fails, as sweeps.FailedCells records it
+            job = tmp_path / "sweeps" / "2026-01-01_00-00-00" / "0"
+            job.mkdir(parents=True)
+            (job / "failed.json").write_text(_json.dumps({"job": 0, "overrides": ["method=sled"], "error": "boom"}))
+            return subprocess.CompletedProcess(cmd, 1)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(gridrun.subprocess, "run", fake_run)
+    commands, failures = gridrun.launch(spec, "paper", tmp_path, launcher="slurm",
+                                       launcher_args=["hydra.launcher.partition=gpu"])
+    assert len(calls) == len(commands) > 1, "the other multiruns still ran"
+    assert all(c[-2:] == ["hydra/launcher=slurm", "hydra.launcher.partition=gpu"] for c in calls)
+    assert len(failures) == 1 and "method=sled: boom" in failures[0]

@@ -124,7 +124,9 @@ class SyntheticSource(LocalSource):
         if self._paths is None:
             t0 = time.perf_counter()
             docs = {r: int(self.cfg.synthetic_docs.get(r, 0)) for r in ROLES}
-            self._paths = synthetic.generate(Path(self.cfg.cache_dir), docs, self.cfg.synthetic_words)
+            self._paths = synthetic.generate(Path(self.cfg.cache_dir), docs, self.cfg.synthetic_words,
+                                             split_words=dict(self.cfg.synthetic_split_words),
+                                             n_events=tuple(self.cfg.synthetic_events))
             log.debug("synthetic data ready in %.2fs", time.perf_counter() - t0)
         return self._paths[role]
 

@@ -28,6 +28,8 @@ GENERATOR_VERSION = 1
 DEFAULT_SEED = 1234
 # Every `MULTI_REF_EVERY`-th document gets a second (paraphrased) reference.
 MULTI_REF_EVERY = 4
+# Key events per ledger (inclusive range) unless a config asks for another.
+DEFAULT_EVENTS = (6, 9)
 
 FIRST = (
     "Mara Tobin Elsa Joren Petra Anselm Ilsa Corin Wren Dario Nadia Felix Oona Bram Greta Hollis "
@@ -118,11 +120,12 @@ def _fact_summary(f: dict[str, Any], paraphrase: bool) -> str:
     return f"{f['who']} {f['verb']} {f['n']} {f['obj']} at {f['where']}."
 
 
-def make_document(rng: random.Random, n_words: int) -> tuple[str, str, str]:
-    """One (document, reference, paraphrased reference) triple of about `n_words` words."""
+def make_document(rng: random.Random, n_words: int, n_events: tuple[int, int] = DEFAULT_EVENTS) -> tuple[str, str, str]:
+    """One (document, reference, paraphrased reference) triple of about `n_words` words with
+    `n_events` (inclusive range) key events."""
     town = rng.choice(PLACES).removeprefix("the ")
     volume = rng.randint(2, 99)
-    n_facts = rng.randint(6, 9)
+    n_facts = rng.randint(*n_events)
     people = [_person(rng) for _ in range(rng.randint(3, 5))]
     days = sorted(rng.sample(range(1, 366), n_facts))
     facts = [
@@ -153,12 +156,13 @@ def make_document(rng: random.Random, n_words: int) -> tuple[str, str, str]:
     return doc, ref, ref2
 
 
-def split_rows(split: str, n_docs: int, n_words: int, seed: int = DEFAULT_SEED) -> list[dict[str, str]]:
+def split_rows(split: str, n_docs: int, n_words: int, seed: int = DEFAULT_SEED,
+               n_events: tuple[int, int] = DEFAULT_EVENTS) -> list[dict[str, str]]:
     """Rows (`id, input, output`) of one split; multi-reference ids repeat the input on two rows."""
     rng = random.Random(_int_seed(seed, split))
     rows = []
     for i in range(n_docs):
-        doc, ref, ref2 = make_document(rng, n_words)
+        doc, ref, ref2 = make_document(rng, n_words, n_events)
         doc_id = f"{split}-{i:04d}"
         rows.append({"id": doc_id, "input": doc, "output": ref})
         if i % MULTI_REF_EVERY == MULTI_REF_EVERY - 1:
@@ -171,19 +175,30 @@ def generate(
     docs: dict[str, int],
     n_words: int,
     seed: int = DEFAULT_SEED,
+    split_words: dict[str, int] | None = None,
+    n_events: tuple[int, int] = DEFAULT_EVENTS,
 ) -> dict[str, Path]:
     """Write `<split>.jsonl` for each split under a folder keyed by the settings; reuse it if present.
 
-    Returns split -> path. Written atomically, so a killed run never leaves a half-written split.
+    `split_words` gives some splits another length than `n_words` (e.g. short training ledgers and
+    long evaluation ones). Returns split -> path. Written atomically, so a killed run never leaves a
+    half-written split.
     """
-    settings = {"v": GENERATOR_VERSION, "docs": dict(sorted(docs.items())), "words": n_words, "seed": seed}
+    split_words = {k: v for k, v in (split_words or {}).items() if v != n_words}
+    settings: dict[str, Any] = {"v": GENERATOR_VERSION, "docs": dict(sorted(docs.items())), "words": n_words,
+                                "seed": seed}
+    # New settings join the key only when set, so existing folders keep their names.
+    if split_words:
+        settings["split_words"] = dict(sorted(split_words.items()))
+    if tuple(n_events) != DEFAULT_EVENTS:
+        settings["events"] = list(n_events)
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     folder = Path(out_dir) / f"synthetic-{key}"
     paths = {}
     for split, n in docs.items():
         path = folder / f"{split}.jsonl"
         if not path.exists():
-            atomic_write_jsonl(path, split_rows(split, n, n_words, seed))
+            atomic_write_jsonl(path, split_rows(split, n, split_words.get(split, n_words), seed, tuple(n_events)))
         paths[split] = path
     if not (folder / "settings.json").exists():
         atomic_write_text(folder / "settings.json", json.dumps(settings, indent=2) + "\n")

@@ -8,6 +8,7 @@ from typing import Any
 
 from scaleformer.config import MetricsConfig
 from scaleformer.metrics.bertscore import compute_bertscore
+from scaleformer.metrics.facts import compute_facts
 from scaleformer.metrics.rouge import compute_rouge
 from scaleformer.metrics.sentences import get_splitter
 
@@ -42,7 +43,8 @@ def compute_metrics(
 
     Documents without a reference (hidden test labels) are left out of every mean; if none has one,
     only metadata comes back with ``scored: False``. Scores are present only when computed: the
-    ``bertscore_*`` scores are absent when BERTScore is disabled.
+    ``bertscore_*`` scores are absent when BERTScore is disabled, the ``fact_*`` scores unless every
+    reference is a synthetic ledger summary.
     """
     if len(predictions) != len(references):
         raise ValueError(f"{len(predictions)} predictions but {len(references)} reference lists")
@@ -74,6 +76,8 @@ def compute_metrics(
     out.update(compute_rouge(kp, kr, use_stemmer=cfg.use_stemmer,
                              sentence_splitter=cfg.sentence_splitter, num_workers=num_workers,
                              tokenizer=cfg.rouge_tokenizer))
+    if cfg.facts == "auto":  # ledger references only: absent, not zero, on any other data
+        out.update(compute_facts(kp, kr))
     if bs.enabled:
         out.update(compute_bertscore(kp, kr, bs, device=device))
     return out

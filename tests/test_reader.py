@@ -1,0 +1,60 @@
+"""The offline pretrained tiny backbones: the recipe runs, resumes, and the shipped weights are its own."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from scaleformer import reader
+
+MICRO = reader.Recipe(
+    "micro_reader", "bart", "tiny_bart",
+    (reader.Stage("copy", steps=2, batch=2, lr=1e-3, warmup=1, length=(4, 8)),
+     reader.Stage("ledger", steps=2, batch=2, lr=1e-3, warmup=1, length=(30, 40), events=(1, 2))),
+    model_kwargs={"d_model": 32, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64})
+
+
+def test_a_recipe_writes_a_model_folder_and_resumes_its_later_stages(tmp_path):
+    from transformers import AutoModelForSeq2SeqLM
+
+    first = replace(MICRO, stages=MICRO.stages[:1])
+    info = reader.pretrain(first, tmp_path / "a", log=lambda *_: None)
+    assert [s["kind"] for s in info["stages"]] == ["copy"]
+    assert json.loads((tmp_path / "a" / "recipe.json").read_text())["fingerprint"] == first.fingerprint()
+    info = reader.pretrain(MICRO, tmp_path / "b", log=lambda *_: None, resume=tmp_path / "a")
+    assert [s["kind"] for s in info["stages"]] == ["copy", "ledger"], "the finished stage is not run again"
+    model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "b")
+    assert model.config.d_model == 32 and not list(tmp_path.glob(".*.tmp"))
+    other = replace(MICRO, seed=MICRO.seed + 1)
+    with pytest.raises(SystemExit, match="not written by the first stages"):
+        reader.pretrain(other, tmp_path / "c", log=lambda *_: None, resume=tmp_path / "a")
+
+
+@pytest.mark.parametrize("arch", sorted(reader.RECIPES))
+def test_shipped_weights_come_from_the_recipe_in_the_code(arch):
+    recipe = reader.RECIPES[arch]
+    folder = reader.asset_dir(recipe.name)
+    if not folder.exists():
+        pytest.skip(f"{recipe.name} is not shipped (rebuild: python -m scaleformer.reader {arch})")
+    info = json.loads((folder / "recipe.json").read_text())
+    assert info["fingerprint"] == recipe.fingerprint(), "rebuild the weights after changing the recipe"
+    assert len(info["stages"]) == len(recipe.stages)
+
+
+def test_the_shipped_reader_loads_as_a_backbone_and_trains_with_dropout_semantics():
+    from conftest import compose
+
+    from scaleformer.backbone import build_model, load_tokenizer, model_config
+    from scaleformer.config import to_config
+
+    rc = to_config(compose(["backbone=tiny_bart_reader"]))
+    if not reader.asset_dir("tiny_bart_reader").exists():
+        pytest.skip("tiny_bart_reader is not shipped")
+    tok = load_tokenizer(rc.backbone)
+    model = build_model(rc.backbone, model_config(rc.backbone, tok))
+    assert model.training, "from_pretrained returns eval mode; fine-tuning must not run without dropout"
+    ids = torch.tensor([tok("On day 3, Mara Quill sold 5 lanterns at Harbor Gate.")["input_ids"]])
+    assert torch.isfinite(model(input_ids=ids, labels=ids).loss)
