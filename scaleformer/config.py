@@ -83,12 +83,11 @@ class DataConfig:
     max_target_tokens: int = 512
     max_train_examples: int | None = None
     max_eval_examples: int | None = None
-    # Synthetic set: documents per split and the rough length of each, in words.
+    # Synthetic set: documents per split, their rough length in words (synthetic_split_words: per split,
+    # e.g. {validation: 26000}) and key events per ledger (an inclusive [min, max] range).
     synthetic_docs: dict[str, int] = field(default_factory=lambda: {"train": 64, "validation": 8, "test": 8})
     synthetic_words: int = 3000
-    # Per-split lengths overriding synthetic_words (e.g. {validation: 26000, test: 26000}).
     synthetic_split_words: dict[str, int] = field(default_factory=dict)
-    # Key events per ledger, an inclusive [min, max] range.
     synthetic_events: list[int] = field(default_factory=lambda: [6, 9])
     batch_size: int = 1
     eval_batch_size: int = 1
@@ -117,8 +116,7 @@ class DataConfig:
                   "keys must be train, validation or test")
             _positive(f"data.synthetic_split_words.{split}", n)
         ev = self.synthetic_events
-        check(len(ev) == 2 and 1 <= ev[0] <= ev[1], "data.synthetic_events", ev,
-              "must be [min, max] with 1 <= min <= max")
+        check(len(ev) == 2 and 1 <= ev[0] <= ev[1], "data.synthetic_events", ev, "must be [min, max], 1 <= min <= max")
 
 
 @dataclass

@@ -203,7 +203,9 @@ def test_scrolls_submission_files_follow_the_official_format(tmp_path):
 
 def _train_py(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "train.py", *TEST_DEFAULTS, *args], cwd=ROOT, env=env,
+    flags = [a for a in args if a.startswith("-")]  # Hydra's -m before any override
+    rest = [a for a in args if not a.startswith("-")]
+    return subprocess.run([sys.executable, "train.py", *flags, *TEST_DEFAULTS, *rest], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
