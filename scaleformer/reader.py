@@ -167,16 +167,17 @@ def pretrain(recipe: Recipe, out_dir: Path, log: Any = print, resume: Path | Non
 
     from scaleformer.data import synthetic
     from scaleformer.io import atomic_write_json
+    from scaleformer.tokenizer import load_offline_tokenizer
 
     torch.manual_seed(recipe.seed)
-    model, tok = build_model(recipe)
     history: list[dict[str, Any]] = []
-    if resume is not None:
+    if resume is None:
+        model, tok = build_model(recipe)
+    else:  # the finished stages' weights; no random model to build and throw away
         model, history = _resume(recipe, resume)
+        tok = load_offline_tokenizer(recipe.arch)
     model.train()
-    for i, stage in enumerate(recipe.stages):
-        if i < len(history):
-            continue
+    for i, stage in enumerate(recipe.stages[len(history):], start=len(history)):
         gen = torch.Generator().manual_seed(recipe.seed + i)
         rng = random.Random(synthetic._int_seed(recipe.seed, f"reader-{recipe.arch}-{i}"))
         opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, weight_decay=0.01)

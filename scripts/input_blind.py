@@ -86,10 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"run": str(run), "split": args.split, "n": len(docs), "baselines": {}}
     for name, texts in inputs.items():
         preds = summarize.summarize(texts)
-        out["baselines"][name] = {"scores": _scores(compute_metrics(preds, refs, mcfg)), "example": preds[0]}
+        out["baselines"][name] = {"scores": _scores(compute_metrics(preds, refs, mcfg)), "predictions": preds}
     top = train_refs.most_common(1)[0][0]
     out["baselines"]["training summary"] = {"scores": _scores(compute_metrics([top] * len(docs), refs, mcfg)),
-                                            "example": top}
+                                            "predictions": [top] * len(docs)}
     path = run / "eval" / f"input_blind_{args.split}.json"
     atomic_write_json(path, out)
     keys = [k for k in ("rouge1", "rouge2", "rougeL", "fact_recall", "fact_field_recall")

@@ -291,7 +291,7 @@ def test_a_query_prefix_too_long_for_the_window_fails_before_the_model_is_built(
                           "method.chunk_size=1000", "data.splits.validation=null", "data.splits.test=null")))
 
 
-def test_input_blind_baselines_score_the_model_without_its_input(tmp_path, capsys):
+def test_input_blind_baselines_score_the_model_without_its_input(tmp_path, capsys, monkeypatch):
     """The exported model on its own documents, on swapped ones and on none, beside the most frequent
     training summary; fact recall is in every row on the synthetic ledgers, and in the run's table."""
     from scaleformer.console import summary_table
@@ -303,9 +303,17 @@ def test_input_blind_baselines_score_the_model_without_its_input(tmp_path, capsy
     assert "Facts" in summary_table(result, tmp_path).splitlines()[2]
     run_dir = _run_dir(result, tmp_path / "results")
     assert main([str(run_dir), "--limit", "1"]) == 2, "one document cannot be swapped with another"
+    # A stand-in model that repeats the start of its input shows which document each baseline read
+    # (a 3-step model writes the same text for every input).
+    from scaleformer.summarize import Summarizer
+
+    monkeypatch.setattr(Summarizer, "summarize", lambda self, texts, progress=False: [t[:60] for t in texts])
     assert main([str(run_dir)]) == 0
     out = json.loads((run_dir / "eval" / "input_blind_validation.json").read_text())
     assert list(out["baselines"]) == ["own document", "another document", "no document", "training summary"]
     assert out["n"] == 2 and all("fact_recall" in b["scores"] and "rouge1" in b["scores"]
                                  for b in out["baselines"].values())
+    own, swapped = (out["baselines"][k]["predictions"] for k in ("own document", "another document"))
+    assert own[0] != own[1] and swapped == own[::-1], "each document's baseline reads the other's input"
+    assert len(set(out["baselines"]["training summary"]["predictions"])) == 1
     assert "fact_recall" in capsys.readouterr().out
