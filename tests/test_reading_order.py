@@ -32,5 +32,7 @@ def test_sled_recalls_more_events_than_truncation(tmp_path):
         pytest.skip("tiny_bart_reader is not shipped")
     sled, trunc = _cell(tmp_path, "sled"), _cell(tmp_path, "truncation")
     assert sled["fact_field_recall"] > trunc["fact_field_recall"] + 3, (sled, trunc)
-    assert sled["fact_recall"] >= trunc["fact_recall"], (sled, trunc)
+    # No event of these ledgers lies in truncation's window (the table's ceiling row is 0), so a
+    # truncated model that states one exactly has seen past its window: the truncation is broken.
+    assert trunc["fact_recall"] == 0.0, trunc
     assert sled["rouge1"] > trunc["rouge1"] + 2, (sled, trunc)
