@@ -44,15 +44,16 @@ def test_shipped_weights_come_from_the_recipe_in_the_code(arch):
     assert len(info["stages"]) == len(recipe.stages)
 
 
-def test_the_shipped_reader_loads_as_a_backbone_and_trains_with_dropout_semantics():
+@pytest.mark.parametrize("name", [r.name for r in reader.RECIPES.values()])
+def test_the_shipped_reader_loads_as_a_backbone_and_trains_with_dropout_semantics(name):
     from conftest import compose
 
     from scaleformer.backbone import build_model, load_tokenizer, model_config
     from scaleformer.config import to_config
 
-    rc = to_config(compose(["backbone=tiny_bart_reader"]))
-    if not reader.asset_dir("tiny_bart_reader").exists():
-        pytest.skip("tiny_bart_reader is not shipped")
+    rc = to_config(compose([f"backbone={name}"]))
+    if not reader.asset_dir(name).exists():
+        pytest.skip(f"{name} is not shipped")
     tok = load_tokenizer(rc.backbone)
     model = build_model(rc.backbone, model_config(rc.backbone, tok))
     assert model.training, "from_pretrained returns eval mode; fine-tuning must not run without dropout"
