@@ -1,10 +1,15 @@
 # Two commands on a fresh machine:  `make run` (the embedded default) and `make test`.
-# Both create .venv first. The torch pin lives here only (TORCH): the default is the CPU build this
-# project's CI machines install from local files; GPU users pass their CUDA wheel, e.g.
-#   make setup TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+# Both create .venv first, with exactly the versions in requirements.lock (torch's pin included: the
+# lock is the one place it lives). The CPU build comes from the local wheel on this project's machines;
+# GPU users take the same torch release as a CUDA build from PyTorch's index, e.g.
+#   make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128
+# and CPU-only users elsewhere TORCH_INDEX=https://download.pytorch.org/whl/cpu.
 PYTHON ?= python3
 VENV   ?= .venv
-TORCH  ?= torch==2.13.0
+LOCK   := requirements.lock
+TORCH_INDEX ?=
+# `make lock TORCH=torch==X` moves torch's pin; otherwise the lock keeps the one it has.
+TORCH  ?= $(shell grep -E '^torch==' $(LOCK))
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
@@ -15,16 +20,33 @@ LAUNCHER_ARGS ?=
 METHODS ?=
 REPRO   = $(PY) scripts/reproduce.py --profile $(PROFILE) $(if $(FORCE),--force) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(foreach a,$(LAUNCHER_ARGS),--launcher-arg $(a)) $(if $(METHODS),--methods $(METHODS))
 
-.PHONY: setup run test test-all lint clean table1 table2 figure2 bench
+.PHONY: setup check-lock lock run test test-all test-compat lint clean table1 table2 figure2 bench
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[dev]'
+# A changed lock rebuilds the environment from scratch, so nothing outside the lock survives in it.
+$(STAMP): pyproject.toml $(LOCK) Makefile
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q $$(grep -E '^(pip|setuptools|wheel)==' $(LOCK))
+	$(if $(TORCH_INDEX),$(PY) -m pip install -q '$(TORCH)' --index-url $(TORCH_INDEX))
+	$(PY) -m pip install -q -r $(LOCK)
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	$(PY) scripts/lock.py check
 	touch $(STAMP)
+
+check-lock: setup   ## installed versions == requirements.lock
+	$(PY) scripts/lock.py check
+
+lock:               ## re-resolve the pyproject's ranges to the newest releases into requirements.lock, then run the tests
+	rm -rf .venv-lock
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install -q --upgrade pip setuptools wheel
+	.venv-lock/bin/python -m pip install -q '$(TORCH)' $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	.venv-lock/bin/python -m pip install -q '.[dev,slurm]'
+	$(PYTHON) scripts/lock.py write .venv-lock
+	rm -rf .venv-lock
+	$(MAKE) test
 
 run: setup          ## train + evaluate the embedded default (make run ARGS="method=sled")
 	$(PY) train.py $(ARGS)
@@ -34,6 +56,10 @@ test: setup         ## fast test tier (what CI runs)
 
 test-all: setup     ## every test, slow ones included (gpu ones skip without CUDA)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+COMPAT ?= newest lowest
+test-compat: setup  ## the compat tier in throwaway venvs per transformers release (COMPAT="newest lowest 5.20.0")
+	$(PY) scripts/compat_check.py $(COMPAT)
 
 table1: setup       ## results/table1.{md,csv,tex}  (PROFILE=paper|tiny|smoke, FORCE=1, METHODS=all, LAUNCHER=slurm LAUNCHER_ARGS="hydra.launcher.partition=gpu")
 	$(REPRO) table1
@@ -51,4 +77,4 @@ lint: setup
 	$(VENV)/bin/ruff check scaleformer tests scripts train.py
 
 clean:
-	rm -rf results/debug .pytest_cache
+	rm -rf results/debug .pytest_cache .venv-lock .venv-compat

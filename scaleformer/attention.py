@@ -32,11 +32,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface
-from transformers.masking_utils import create_bidirectional_mask
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.models.bart.modeling_bart import BartEncoder, BartLearnedPositionalEmbedding
-from transformers.models.t5.modeling_t5 import T5Stack
+
+from scaleformer import compat
+from scaleformer.compat import BartEncoder, BartLearnedPositionalEmbedding, T5Stack
 
 WINDOW_ATTN = "scaleformer_window"
 MIN_CHUNK = 64  # smallest query chunk of the banded kernel: tiny windows would otherwise mean tiny matmuls
@@ -134,16 +132,16 @@ def route_window_attention(encoder: torch.nn.Module, layer_ids: list[int]) -> No
     layers = encoder_layers(encoder)
     for i in layer_ids:
         attn = self_attention(layers[i])
-        if attn.config._attn_implementation == WINDOW_ATTN:
+        if compat.attn_impl(attn) == WINDOW_ATTN:
             continue
         conf = copy.copy(attn.config)
-        conf.scaleformer_base_attn = attn.config._attn_implementation  # fallback without a window
-        conf._attn_implementation = WINDOW_ATTN
+        conf.scaleformer_base_attn = compat.attn_impl(attn) or "sdpa"  # fallback without a window
+        compat.set_attn_impl(conf, WINDOW_ATTN)
         attn.config = conf
 
 
 def is_routed(encoder: torch.nn.Module, i: int) -> bool:
-    return self_attention(encoder_layers(encoder)[i]).config._attn_implementation == WINDOW_ATTN
+    return compat.attn_impl(self_attention(encoder_layers(encoder)[i])) == WINDOW_ATTN
 
 
 # ------------------------------------------------------------------------------------------ kernels
@@ -197,7 +195,7 @@ def band_bias(bias_attention: torch.nn.Module, window: int) -> torch.Tensor:
     chunk (relative positions only) and is computed once per layer pass.
     """
     c = chunk_size(window)
-    return bias_attention.compute_bias(c, c + 2 * window, past_seen_tokens=window)
+    return compat.t5_bias(bias_attention, c, c + 2 * window, past=window)
 
 
 def window_attention_forward(
@@ -215,7 +213,7 @@ def window_attention_forward(
     """AttentionInterface entry for routed layers; without ``window`` it is the model's own attention."""
     if window is None:
         base = getattr(module.config, "scaleformer_base_attn", "sdpa")
-        fn = ALL_ATTENTION_FUNCTIONS.get(base, ALL_ATTENTION_FUNCTIONS["sdpa"])
+        fn = compat.attention_function(base, compat.attention_function("sdpa", None))
         return fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                   position_bias=position_bias, **kwargs)
     out = banded_attention(query, key, value, attention_mask, window, scaling=scaling, dropout=dropout,
@@ -223,7 +221,7 @@ def window_attention_forward(
     return out, None
 
 
-AttentionInterface.register(WINDOW_ATTN, window_attention_forward)
+compat.register_attention(WINDOW_ATTN, window_attention_forward)
 
 
 # ------------------------------------------------------------------------------------ the encoder
@@ -278,8 +276,8 @@ def _prepare(encoder: torch.nn.Module, span: Span, x: torch.Tensor, valid: torch
     """Masks and T5 bias for one span kind, shared by every layer that uses it."""
     b, n, _ = x.shape
     if span.kind == "full":
-        mask = create_bidirectional_mask(config=encoder.config, inputs_embeds=x, attention_mask=valid)
-        bias = bias_attn.compute_bias(n, n, device=x.device) if bias_attn is not None else None  # [1, H, N, N]
+        mask = compat.bidirectional_mask(encoder.config, x, valid)
+        bias = compat.t5_bias(bias_attn, n, n, device=x.device) if bias_attn is not None else None  # [1, H, N, N]
         return {"mask": mask, "bias": bias}
     if span.kind == "block":
         bs = span.size
@@ -287,8 +285,8 @@ def _prepare(encoder: torch.nn.Module, span: Span, x: torch.Tensor, valid: torch
         blocks = F.pad(valid, (0, nb * bs - n)).view(b * nb, bs)  # [B*nb, b]
         blocks = blocks | ~blocks.any(1, keepdim=True)  # a block of pads attends to its pads (no empty row)
         shape = x.new_zeros(1).expand(b * nb, bs, x.shape[2])  # [B*nb, b, d]: only shape/dtype/device are read
-        mask = create_bidirectional_mask(config=encoder.config, inputs_embeds=shape, attention_mask=blocks)
-        bias = bias_attn.compute_bias(bs, bs, device=x.device) if bias_attn is not None else None  # [1, H, b, b]
+        mask = compat.bidirectional_mask(encoder.config, shape, blocks)
+        bias = compat.t5_bias(bias_attn, bs, bs, device=x.device) if bias_attn is not None else None  # [1, H, b, b]
         return {"mask": mask, "bias": bias, "blocks": nb}
     bias = band_bias(bias_attn, span.size) if bias_attn is not None else None  # [1, H, c, c + 2w]
     return {"mask": valid, "bias": bias, "window": span.size}
@@ -301,9 +299,10 @@ def _apply(layer: torch.nn.Module, span: Span, x: torch.Tensor, prep: dict[str, 
         nb, bs = prep["blocks"], span.size
         x = F.pad(x, (0, 0, 0, nb * bs - n)).view(b * nb, bs, d)  # [B*nb, b, d]
     if family == "bart":
-        y = layer(x, prep["mask"], **extra)
+        y = compat.first_output(compat.call(layer, x, attention_mask=prep["mask"], extra=extra))
     else:
-        y = layer(x, prep["mask"], prep["bias"], **extra)[0]
+        y = compat.first_output(compat.call(layer, x, attention_mask=prep["mask"], position_bias=prep["bias"],
+                                            extra=extra))
     if span.kind == "block":
         y = y.view(b, nb * bs, d)[:, :n]  # [B, N, d]
     return y

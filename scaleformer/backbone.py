@@ -22,6 +22,7 @@ from transformers import (
     T5Config,
 )
 
+from scaleformer import compat
 from scaleformer.config import BackboneConfig, ConfigError
 from scaleformer.hub import HubUnreachableError, is_local, unreachable_message, unreachable_reason
 from scaleformer.methods.base import BackboneSpec
@@ -171,7 +172,7 @@ def build_model(cfg: BackboneConfig, conf: PretrainedConfig) -> PreTrainedModel:
         model.train()
     else:
         model = AutoModelForSeq2SeqLM.from_config(conf, **kwargs)
-    if cfg.gradient_checkpointing:
-        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-        enable()
+    if cfg.gradient_checkpointing and not compat.enable_checkpointing(model):
+        raise ConfigError(f"backbone.gradient_checkpointing=true: {type(model).__name__} supports no activation "
+                          "checkpointing; set it to false")
     return model

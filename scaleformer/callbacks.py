@@ -6,8 +6,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
-from lightning.pytorch.callbacks.progress.tqdm_progress import _update_n
 
+from scaleformer import compat
 from scaleformer.config import BertScoreConfig, MetricsConfig
 
 
@@ -148,7 +148,7 @@ class StepProgressBar(TQDMProgressBar):
                            batch_idx: int) -> None:
         bar = self.train_progress_bar
         if bar is not None and self._should_update(trainer.global_step, bar.total):
-            _update_n(bar, trainer.global_step)
+            compat.set_progress(bar, trainer.global_step)
             bar.set_postfix(self.get_metrics(trainer, pl_module))
 
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:

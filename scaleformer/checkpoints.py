@@ -40,7 +40,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         finally:
             tmp.unlink(missing_ok=True)
 
-    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict:
+    def load_checkpoint(self, path: Any, map_location: Any = None, **_: Any) -> dict:  # always weights only
         return load(path, map_location=map_location)
 
 

@@ -23,7 +23,9 @@ How (:func:`generate`):
 
 The token sequences equal the stock path's (tested for BART and T5, greedy and beam search, ragged
 batches and every method); logits may differ in the last float bits (other matmul shapes).
-Architectures other than BART/T5 and flex attention fall back to the stock path.
+Architectures other than BART/T5, flex attention, and a transformers release whose attention
+signatures or cache layout the seam (:mod:`scaleformer.compat`) does not recognise fall back to the
+stock path (the last says so once).
 """
 
 from __future__ import annotations
@@ -32,13 +34,17 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.models.bart.modeling_bart import BartAttention
-from transformers.models.bart.modeling_bart import eager_attention_forward as bart_eager
-from transformers.models.t5.modeling_t5 import T5Attention
-from transformers.models.t5.modeling_t5 import eager_attention_forward as t5_eager
+
+from scaleformer import compat
+from scaleformer.compat import (
+    BART_ROLES,
+    T5_ROLES,
+    BartAttention,
+    DynamicCache,
+    EncoderDecoderCache,
+    T5Attention,
+)
 
 
 class SharedCrossCache(DynamicCache):
@@ -112,11 +118,11 @@ def attend(module: nn.Module, eager: Any, grouped: bool, q: torch.Tensor, k: tor
     Flash attention reads a 2-d padding mask as the queries' padding too when it unpads them, which
     grouped beams are not: grouped calls go through sdpa with the equivalent boolean mask instead.
     """
-    impl = module.config._attn_implementation
+    impl = compat.attn_impl(module)
     if grouped and impl is not None and "flash" in impl:
         impl = "sdpa"
         mask = None if mask is None else mask[:, None, None, :].bool()  # [docs, 1, 1, T]
-    fn = ALL_ATTENTION_FUNCTIONS.get_interface(impl, eager)
+    fn = compat.attention_function(impl, eager)
     out, w = fn(module, q, k, v, mask, dropout=0.0 if not module.training else module.dropout,
                 **{**kwargs, "is_causal": False})  # out [docs | rows, beams | Q, H, D]
     rows = q.shape[0] * q.shape[2] if grouped else q.shape[0]
@@ -126,45 +132,50 @@ def attend(module: nn.Module, eager: Any, grouped: bool, q: torch.Tensor, k: tor
 
 
 class SharedBartAttention(BartAttention):
-    """BartAttention that reads per-document cross-attention keys/values with grouped beam queries."""
+    """BartAttention that reads per-document cross-attention keys/values with grouped beam queries.
 
-    def forward(self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None = None,
-                past_key_values: Any = None, attention_mask: Any = None, **kwargs: Any) -> tuple[Any, ...]:
-        kv = shared_kv(self, key_value_states, past_key_values)
-        rows, steps = hidden_states.shape[:2]
+    Arguments are bound by name against the installed ``BartAttention.forward`` (:func:`compat.bind`),
+    and the stock forward gets them exactly as they came.
+    """
+
+    def forward(self, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        a, rest = compat.bind(BartAttention.forward, (self, *args), kwargs, BART_ROLES)
+        kv = shared_kv(self, a["key_value_states"], a["cache"])
+        hidden, mask = a["hidden_states"], a["attention_mask"]
+        rows, steps = hidden.shape[:2]
         if kv is None or kv[0].shape[0] == rows:
-            return super().forward(hidden_states, key_value_states, past_key_values, attention_mask, **kwargs)
+            return super().forward(*args, **kwargs)
         k, v = expand_if_needed(kv, rows, steps)
         docs = k.shape[0]
-        q = self.q_proj(hidden_states).view(rows, steps, -1, self.head_dim).transpose(1, 2)  # [rows, H, Q, D]
+        q = self.q_proj(hidden).view(rows, steps, -1, self.head_dim).transpose(1, 2)  # [rows, H, Q, D]
         grouped = docs != rows
         if grouped:
-            q, attention_mask = group_queries(q, docs), group_mask(attention_mask, docs)  # [docs, H, beams, D]
-        out, w = attend(self, bart_eager, grouped, q, k, v, attention_mask, scaling=self.scaling, **kwargs)
+            q, mask = group_queries(q, docs), group_mask(mask, docs)  # [docs, H, beams, D]
+        out, w = attend(self, compat.BART_EAGER, grouped, q, k, v, mask, scaling=self.scaling, **rest)
         return self.out_proj(out.reshape(rows, steps, -1)), w
 
 
 class SharedT5Attention(T5Attention):
     """T5Attention that reads per-document cross-attention keys/values with grouped beam queries."""
 
-    def forward(self, hidden_states: torch.Tensor, mask: Any = None, key_value_states: torch.Tensor | None = None,
-                position_bias: torch.Tensor | None = None, past_key_values: Any = None,
-                **kwargs: Any) -> tuple[Any, ...]:
-        kv = shared_kv(self, key_value_states, past_key_values)
-        rows, steps = hidden_states.shape[:2]
+    def forward(self, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        a, rest = compat.bind(T5Attention.forward, (self, *args), kwargs, T5_ROLES)
+        kv = shared_kv(self, a["key_value_states"], a["cache"])
+        hidden, mask, position_bias = a["hidden_states"], a["attention_mask"], a["position_bias"]
+        rows, steps = hidden.shape[:2]
         if kv is None or kv[0].shape[0] == rows:
-            return super().forward(hidden_states, mask, key_value_states, position_bias, past_key_values, **kwargs)
+            return super().forward(*args, **kwargs)
         k, v = expand_if_needed(kv, rows, steps)
         docs = k.shape[0]
         d = self.key_value_proj_dim
-        q = self.q(hidden_states).view(rows, steps, -1, d).transpose(1, 2)  # [rows, H, Q, D]
+        q = self.q(hidden).view(rows, steps, -1, d).transpose(1, 2)  # [rows, H, Q, D]
         if position_bias is None:  # cross-attention has no relative bias: zeros, shared by later layers
             position_bias = torch.zeros((1, self.n_heads, steps, k.shape[2]), device=q.device, dtype=q.dtype)
         grouped = docs != rows
         if grouped:
             q, mask = group_queries(q, docs), group_mask(mask, docs)  # [docs, H, beams, D]
-        out, w = attend(self, t5_eager, grouped, q, k, v, mask, scaling=self.scaling, position_bias=position_bias,
-                        **kwargs)
+        out, w = attend(self, compat.T5_EAGER, grouped, q, k, v, mask, scaling=self.scaling,
+                        position_bias=position_bias, **rest)
         return self.o(out.reshape(rows, steps, -1)), position_bias, w
 
 
@@ -186,8 +197,12 @@ def share_cross_attention(model: nn.Module) -> list[nn.Module] | None:
     """Give every decoder cross-attention module its beam-sharing class (idempotent; parameters, names
     and behaviour without a :class:`SharedCrossCache` unchanged). Returns the modules in layer order, or
     None when beams cannot share them here (another architecture, flex attention's block masks)."""
-    impl = str(getattr(getattr(model, "config", None), "_attn_implementation", "") or "")
+    impl = compat.attn_impl(model)
     if "flex" in impl or not hasattr(model, "get_decoder"):
+        return None
+    if not any(isinstance(m, tuple(SHARED)) for m in model.get_decoder().modules()):
+        return None  # another architecture: nothing to share, nothing to say
+    if not compat.enabled("beam_shared_cross_attention"):
         return None
     mods = [m for name, m in model.get_decoder().named_modules()
             if name.endswith((".encoder_attn", ".EncDecAttention"))]
@@ -214,7 +229,7 @@ def cross_cache(model: nn.Module, modules: list[nn.Module], hidden: torch.Tensor
     cross = SharedCrossCache()
     for m in modules:
         cross.update(*_project(m, hidden), m.layer_idx)
-    return EncoderDecoderCache(DynamicCache(config=model.config.get_text_config(decoder=True)), cross)
+    return EncoderDecoderCache(compat.dynamic_cache(model.config.get_text_config(decoder=True)), cross)
 
 
 def generate(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, shared: bool = True,
@@ -232,7 +247,7 @@ def generate(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, shar
     cache = cross_cache(model, mods, hidden)
     width0 = hidden.new_empty(*hidden.shape[:2], 0)  # [batch, T, 0]: shapes for the masks, nothing to copy
     return model.generate(encoder_outputs=BaseModelOutput(last_hidden_state=width0), attention_mask=mask,
-                          past_key_values=cache, **kwargs)
+                          **{compat.cache_kwarg(model): cache}, **kwargs)
 
 
 def cross_attention_bytes(cache: Any) -> int | None:

@@ -13,6 +13,10 @@ pre-hook on that layer stops it there (:class:`_Stop`) and hands over the layer'
 layer is then computed from its own submodules (BART: post-LN attention + FFN; T5: pre-LN attention
 with the relative-position bias rows of the kept queries, FFN, the stack's final norm).
 
+The layer's call is read by name against the installed signature, and its submodules are checked
+before use (:mod:`scaleformer.compat`): on a transformers release whose layers look otherwise, the
+full encoder runs instead (the same states, slower) and says so once.
+
 Only when the last layer draws no random numbers (evaluation, or every dropout probability 0 and no
 layerdrop): in training with dropout the full layer runs, because dropout masks drawn for the kept
 positions only would change the random stream, and with it every later draw of a run.
@@ -26,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from scaleformer import compat
 from scaleformer.attention import encoder_family, encoder_layers
 
 Pick = tuple[torch.Tensor | None, torch.Tensor]  # (row indices [Q] or None = every row, positions [Q, G])
@@ -49,6 +54,30 @@ def supported(encoder: nn.Module) -> bool:
     except TypeError:
         return False
     return True
+
+
+# Submodules the kept-positions computation reads, per family (checked on the instance before use).
+_NEEDS = {
+    "bart": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
+             "self_attn.num_heads", "self_attn.scaling", "self_attn_layer_norm", "fc1", "fc2", "activation_fn",
+             "final_layer_norm"),
+    "t5": ("layer.0.layer_norm", "layer.0.SelfAttention.q", "layer.0.SelfAttention.k", "layer.0.SelfAttention.v",
+           "layer.0.SelfAttention.o", "layer.0.SelfAttention.n_heads", "layer.0.SelfAttention.compute_bias"),
+}
+
+
+def _fits(family: str, encoder: nn.Module, layer: nn.Module) -> bool:
+    """Whether this layer has every submodule the kept-positions computation reads."""
+    def has(obj: object, path: str) -> bool:
+        for part in path.split("."):
+            try:
+                obj = obj[int(part)] if part.isdigit() else getattr(obj, part)
+            except (AttributeError, IndexError, TypeError):
+                return False
+        return True
+
+    extra = ("final_layer_norm", "dropout") if family == "t5" else ()
+    return all(has(layer, p) for p in _NEEDS[family]) and all(has(encoder, p) for p in extra)
 
 
 def deterministic(encoder: nn.Module) -> bool:
@@ -86,12 +115,14 @@ def encode_at(encoder: nn.Module, ids: torch.Tensor, mask: torch.Tensor, picks: 
         return full_then_gather(encoder, ids, mask, picks)
     family = encoder_family(encoder)
     layer = encoder_layers(encoder)[-1]
+    if not compat.enabled("kept_layer") or not _fits(family, encoder, layer):
+        return full_then_gather(encoder, ids, mask, picks)
     handle = layer.register_forward_pre_hook(_stop, with_kwargs=True)
     try:
         encoder(input_ids=ids, attention_mask=mask)
         raise RuntimeError(f"{type(encoder).__name__} returned without running its last layer")
     except _Stop as stop:
-        x, bias = _inputs(family, stop.args, stop.kwargs)  # [mb, w, d], T5: [1, H, w, w] or None
+        x, bias = _inputs(family, layer, stop.args, stop.kwargs)  # [mb, w, d], T5: [1, H, w, w] or None
     finally:
         handle.remove()
     valid = mask.bool()  # [mb, w]
@@ -113,13 +144,13 @@ def _stop(module: nn.Module, args: tuple, kwargs: dict) -> None:
     raise _Stop(args, kwargs)
 
 
-def _inputs(family: str, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The last layer's hidden states and (T5) its self-attention position bias, from its call."""
-    x = args[0] if args else kwargs["hidden_states"]
+def _inputs(family: str, layer: nn.Module, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The last layer's hidden states and (T5) its self-attention position bias, bound by name."""
     if family == "bart":
-        return x, None
-    bias = args[2] if len(args) > 2 else kwargs.get("position_bias")
-    return x, bias
+        a, _ = compat.bind(type(layer).forward, (layer, *args), kwargs, ("hidden_states",))
+        return a["hidden_states"], None
+    a, _ = compat.bind(type(layer).forward, (layer, *args), kwargs, ("hidden_states", "position_bias"))
+    return a["hidden_states"], a["position_bias"]
 
 
 def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -159,7 +190,7 @@ def _t5_last(encoder: nn.Module, block: nn.Module, x: torch.Tensor, valid: torch
     q = _heads(attn.q(gather(n, None, pos)), attn.n_heads)  # [q, H, G, D]
     k, v = _heads(attn.k(n), attn.n_heads), _heads(attn.v(n), attn.n_heads)  # [q, H, w, D]
     if bias is None:  # a one-layer encoder: its only layer computes the bias itself
-        bias = (attn.compute_bias(w, w, device=x.device) if attn.has_relative_attention_bias
+        bias = (compat.t5_bias(attn, w, w, device=x.device) if attn.has_relative_attention_bias
                 else x.new_zeros(1, attn.n_heads, w, w))
     if bias.shape[0] == 1:  # [1, H, w, w]: each kept query's row of the bias
         rows = bias[0][:, pos].transpose(0, 1)  # [q, H, G, w]

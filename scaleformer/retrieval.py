@@ -39,10 +39,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers.cache_utils import EncoderDecoderCache
-from transformers.models.bart.modeling_bart import BartAttention
-from transformers.models.t5.modeling_t5 import T5Attention
 
+from scaleformer import compat
+from scaleformer.compat import BART_ROLES, T5_ROLES, BartAttention, EncoderDecoderCache, T5Attention
 from scaleformer.config import ConfigError
 from scaleformer.decoding import (
     SharedBartAttention,
@@ -307,14 +306,15 @@ class RetrievalBartAttention(SharedBartAttention):
     retrieval_role: str
     retrieval_layer: int
 
-    def forward(self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None = None,
-                past_key_values: Any = None, attention_mask: Any = None, **kwargs: Any) -> tuple[Any, ...]:
-        if key_value_states is None or self.retrieval_state.phase == FULL:
-            return super().forward(hidden_states, key_value_states, past_key_values, attention_mask, **kwargs)
-        shape = hidden_states.shape[:-1]  # (B, Q)
-        q = self.q_proj(hidden_states).view(*shape, -1, self.head_dim).transpose(1, 2)  # [B, H, Q, D]
-        k, v = _cross_kv(self, key_value_states, past_key_values, self.k_proj, self.v_proj, self.head_dim)
-        out, probs = _patched_attention(self, q, k, v, attention_mask, None, past_key_values)
+    def forward(self, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        a, _ = compat.bind(BartAttention.forward, (self, *args), kwargs, BART_ROLES)
+        states, cache = a["key_value_states"], a["cache"]
+        if states is None or self.retrieval_state.phase == FULL:
+            return super().forward(*args, **kwargs)
+        shape = a["hidden_states"].shape[:-1]  # (B, Q)
+        q = self.q_proj(a["hidden_states"]).view(*shape, -1, self.head_dim).transpose(1, 2)  # [B, H, Q, D]
+        k, v = _cross_kv(self, states, cache, self.k_proj, self.v_proj, self.head_dim)
+        out, probs = _patched_attention(self, q, k, v, a["attention_mask"], None, cache)
         return self.out_proj(out.transpose(1, 2).reshape(*shape, -1)), probs
 
 
@@ -325,16 +325,16 @@ class RetrievalT5Attention(SharedT5Attention):
     retrieval_role: str
     retrieval_layer: int
 
-    def forward(self, hidden_states: torch.Tensor, mask: Any = None, key_value_states: torch.Tensor | None = None,
-                position_bias: torch.Tensor | None = None, past_key_values: Any = None,
-                **kwargs: Any) -> tuple[Any, ...]:
-        if key_value_states is None or self.retrieval_state.phase == FULL:
-            return super().forward(hidden_states, mask, key_value_states, position_bias, past_key_values, **kwargs)
-        shape = hidden_states.shape[:-1]  # (B, Q)
+    def forward(self, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        a, _ = compat.bind(T5Attention.forward, (self, *args), kwargs, T5_ROLES)
+        states, cache, position_bias = a["key_value_states"], a["cache"], a["position_bias"]
+        if states is None or self.retrieval_state.phase == FULL:
+            return super().forward(*args, **kwargs)
+        shape = a["hidden_states"].shape[:-1]  # (B, Q)
         d = self.key_value_proj_dim
-        q = self.q(hidden_states).view(*shape, -1, d).transpose(1, 2)  # [B, H, Q, D]
-        k, v = _cross_kv(self, key_value_states, past_key_values, self.k, self.v, d)
-        out, probs = _patched_attention(self, q, k, v, mask, position_bias, past_key_values)
+        q = self.q(a["hidden_states"]).view(*shape, -1, d).transpose(1, 2)  # [B, H, Q, D]
+        k, v = _cross_kv(self, states, cache, self.k, self.v, d)
+        out, probs = _patched_attention(self, q, k, v, a["attention_mask"], position_bias, cache)
         # Pass the (zero) bias on unchanged: later layers reuse it, as T5Stack expects.
         return self.o(out.transpose(1, 2).reshape(*shape, -1)), position_bias, probs
 
@@ -344,9 +344,11 @@ _PATCHED = {BartAttention: RetrievalBartAttention, T5Attention: RetrievalT5Atten
 
 
 def cross_attentions(model: nn.Module, method: str) -> list[nn.Module]:
-    """The decoder's cross-attention modules in layer order; ConfigError for other architectures."""
-    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    if impl is not None and "flex" in str(impl):
+    """The decoder's cross-attention modules in layer order; ConfigError for other architectures and for
+    a transformers release whose attention the seam does not recognise."""
+    compat.require(["retrieval_layers"], f"method={method}")
+    impl = compat.attn_impl(model)
+    if "flex" in impl:
         raise ConfigError(f"backbone.attn_implementation={impl!r}: method={method} needs a tensor encoder "
                           "mask; use sdpa or eager")
     dec = model.get_decoder()

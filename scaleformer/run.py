@@ -21,7 +21,7 @@ import lightning.pytorch as pl
 import torch
 from omegaconf import OmegaConf
 
-from scaleformer import checkpoints, hub, identity, runtime
+from scaleformer import checkpoints, compat, hub, identity, runtime
 from scaleformer.backbone import backbone_spec, build_model, load_tokenizer, model_config
 from scaleformer.callbacks import ExactResume, log_metrics
 from scaleformer.config import ConfigError, RunConfig, to_config
@@ -111,7 +111,7 @@ def _run(rc: RunConfig, ckpt: Path | None, started: float) -> dict[str, Any]:
         resume.sampler = train_loader.sampler
         trainer.fit(module, train_dataloaders=train_loader,
                     val_dataloaders=dm.val_dataloader() if has_val else None,
-                    ckpt_path=str(ckpt) if ckpt else None, weights_only=True)
+                    ckpt_path=str(ckpt) if ckpt else None, **compat.fit_kwargs(trainer.fit, weights_only=True))
         train_time = time.time() - t0
         step = int(trainer.global_step)
     elif ckpt is not None:
@@ -157,6 +157,7 @@ def _run(rc: RunConfig, ckpt: Path | None, started: float) -> dict[str, Any]:
         "wall_time_s": round(time.time() - started, 2),
         "versions": {"torch": torch.__version__, "transformers": _version("transformers"),
                      "lightning": pl.__version__},
+        "patches": compat.report(),  # which transformers patches ran ("on") or gave way ("off: why")
         "splits": splits,
     }
     config_text = OmegaConf.to_yaml(rc.raw)

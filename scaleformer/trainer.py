@@ -13,9 +13,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-from scaleformer import checkpoints, identity
+from scaleformer import checkpoints, compat, identity
 from scaleformer.callbacks import StepProgressBar
 from scaleformer.config import ConfigError, RunConfig
 
@@ -71,6 +70,6 @@ def build_trainer(rc: RunConfig, loggers: list[Any], callbacks: list[Any]) -> pl
             callbacks=callbacks, enable_checkpointing=checkpoint_dir(rc) is not None,
             default_root_dir=str(identity.run_dir(rc)), plugins=plugins, **extra,
         )
-    except (ValueError, TypeError, RuntimeError, MisconfigurationException) as e:
+    except (ValueError, TypeError, RuntimeError, compat.MisconfigurationException) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"trainer: {first}") from None

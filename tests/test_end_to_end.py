@@ -52,6 +52,7 @@ def test_train_and_generate_end_to_end(tmp_path, backbone, method):
 METHODS = sorted(p.stem for p in (ROOT / "conf" / "method").glob("*.yaml"))
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("backbone", ["tiny_bart", "tiny_t5"])
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_trains_and_generates(tmp_path, backbone, method):

@@ -15,6 +15,8 @@ from scaleformer import kept_layer
 from scaleformer.kept_layer import deterministic, encode_at, full_then_gather
 from scaleformer.methods import BackboneSpec, build_method, method_config
 
+pytestmark = pytest.mark.compat  # run on other transformers releases by `make test-compat`
+
 BART = BackboneSpec(max_positions=128, pad_id=1, prefix_ids=(0,), suffix_ids=(2,), d_model=32, n_encoder_layers=2)
 T5 = BackboneSpec(max_positions=128, pad_id=0, prefix_ids=(), suffix_ids=(1,), d_model=32, n_encoder_layers=2)
 

@@ -19,6 +19,8 @@ from scaleformer.attention import Span, banded_attention, encoder_layers, self_a
 from scaleformer.config import ConfigError, to_config
 from scaleformer.methods import BackboneSpec, build_method, method_config
 
+pytestmark = pytest.mark.compat  # run on other transformers releases by `make test-compat`
+
 CONF = Path(__file__).resolve().parents[1] / "conf"
 BART = BackboneSpec(max_positions=64, pad_id=1, prefix_ids=(0,), suffix_ids=(2,), d_model=16)
 T5 = BackboneSpec(max_positions=1024, pad_id=0, prefix_ids=(), suffix_ids=(1,), d_model=16)

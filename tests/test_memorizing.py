@@ -21,6 +21,8 @@ from scaleformer.config import ConfigError
 from scaleformer.methods import build_method, method_config
 from scaleformer.retrieval import cross_attentions
 
+pytestmark = pytest.mark.compat  # run on other transformers releases by `make test-compat`
+
 
 def make(arch: str, **kw):
     return build_method(method_config({"name": "memorizing", "chunk_size": 16, "overlap": 8, "k": 5, **kw}),

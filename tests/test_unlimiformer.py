@@ -25,6 +25,8 @@ from scaleformer.retrieval import (
     random_subsets,
 )
 
+pytestmark = pytest.mark.compat  # run on other transformers releases by `make test-compat`
+
 W = 64  # the tiny backbones' max positions: the window and the default k
 SPECS = {
     "bart": BackboneSpec(max_positions=W, pad_id=1, prefix_ids=(0,), suffix_ids=(2,), d_model=16),

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from scaleformer import decoding
+from scaleformer import compat, decoding
 from scaleformer.bench.measure import MemoryProbe, is_oom, measure
 from scaleformer.bench.probes import (
     content_ids,
@@ -131,19 +131,12 @@ def run_train(ctx: Context, method: Method, model: Any, ids: torch.Tensor, mask:
         loss.backward()
         model.zero_grad(set_to_none=True)
 
-    # transformers >= 5 names it activation checkpointing; a method's wrapper may offer neither.
-    new_api = hasattr(model, "activation_checkpointing_enable")
-    ckpt = ckpt and (new_api or hasattr(model, "gradient_checkpointing_enable"))
     chunks = ckpt and hasattr(method.cfg, "checkpoint_chunks") and not method.cfg.checkpoint_chunks
     model.train()
     if chunks:
         method.cfg.checkpoint_chunks = True
-    if ckpt:
-        kwargs = {"use_reentrant": False}
-        if new_api:
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    # the method's model may offer no activation checkpointing (then the step runs without)
+    ckpt = ckpt and compat.enable_checkpointing(model, use_reentrant=False)
     try:
         base = ctx.probe.start()
         with watch_markers(encoder, markers) as seen:
@@ -154,7 +147,7 @@ def run_train(ctx: Context, method: Method, model: Any, ids: torch.Tensor, mask:
         if chunks:
             method.cfg.checkpoint_chunks = False
         if ckpt:
-            (model.activation_checkpointing_disable if new_api else model.gradient_checkpointing_disable)()
+            compat.disable_checkpointing(model)
         model.eval()
         model.zero_grad(set_to_none=True)
     return {"status": "ok", **out, "tokens_per_s": n / out["time_s"], "grad_checkpointing": ckpt,

@@ -51,6 +51,9 @@ class Method(ABC):
 
     name: ClassVar[str]
     Config: ClassVar[type[MethodConfig]] = MethodConfig
+    # Patches of transformers internals the method cannot exist without (names in compat.PATCHES):
+    # checked when the method is built, before any data or weights.
+    requires: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -58,8 +61,11 @@ class Method(ABC):
             REGISTRY[cls.name] = cls
 
     def __init__(self, cfg: MethodConfig, spec: BackboneSpec) -> None:
+        from scaleformer import compat
+
         self.cfg = cfg
         self.spec = spec
+        compat.require(self.requires, f"method={cfg.name}")
         self.check_backbone(spec)
 
     def check_backbone(self, spec: BackboneSpec) -> None:  # noqa: B027 (optional hook)

@@ -31,6 +31,8 @@ from scaleformer.retrieval import RetrievalState
 class DatastoreMethod(Sled):
     """Base of the retrieval methods: the local window, the SLED datastore, and the shared state."""
 
+    requires = ("retrieval_layers",)
+
     def __init__(self, cfg: SledConfig, spec: BackboneSpec) -> None:
         super().__init__(cfg, spec)
         self.local_window = Truncation(TruncationConfig(), spec)  # the backbone's own first window

@@ -57,6 +57,7 @@ class SpanMethod(Method):
 
     cfg: SpanConfig
     formula: ClassVar[str] = ""
+    requires = ("layer_spans",)
 
     def __init__(self, cfg: SpanConfig, spec: BackboneSpec) -> None:
         self.n_layers: int | None = getattr(spec, "n_encoder_layers", None) or None
