@@ -1,21 +1,33 @@
 """scaleformer: long-context methods for encoder-decoder summarization under one roof.
 
-What lives where (one module per concept):
+Subpackages by layer; imports point down this list only (``tests/test_layout.py`` checks it):
 
-- configs and names: ``config`` (typed config groups), ``identity`` (training vs evaluation identity,
-  run folders), ``hub`` (is the Hugging Face hub reachable, is it cached);
-- the model: ``backbone`` (any seq2seq model, or a tiny random one), ``tokenizer`` (the offline BPE),
-  ``methods/`` (every long-context method behind one interface) with its tensor machinery
-  ``chunking`` (overlapping chunks, micro-batched encoding), ``fusion`` (ScaleFormer's eqs. 2-5),
-  ``attention`` (MASFormer's attention spans) and ``retrieval`` (top-k cross-attention);
-- data: ``data/`` (sources, examples, tokenized cache, the LightningDataModule, the synthetic set);
-- training and evaluation: ``module`` (the LightningModule), ``trainer`` (Trainer, loggers,
-  callbacks from configs), ``callbacks``, ``checkpoints`` (atomic, weights-only), ``run`` (one run,
-  start to finish), ``runtime`` (ranks, the run lock, gathering predictions), ``sweeps`` (multirun
-  failures), ``console`` (what a run prints), ``io`` (atomic files);
-- results: ``metrics/`` (ROUGE, BERTScore), ``tables`` (the paper's tables and figure from results
-  files), ``bench/`` (speed, memory, scaling);
-- using a trained model: ``export`` (the ``model/`` folder), ``summarize`` (CLI and Python API).
+- ``errors``, ``io`` (the one atomic writer), ``resources`` (configs and assets inside the package);
+- ``config``: the typed config groups;
+- ``ops/``: tensor kernels and the one seam into transformers (``compat``): chunking, fusion,
+  packing, spans, the kept-positions layer, beam-shared decoding, retrieval attention;
+- ``methods/``: every long-context method behind one interface, and their registry;
+- ``model/``: backbones, the offline tokenizer, the shipped tiny readers, hub access;
+- ``data/``, ``metrics/``: examples and the tokenized cache; ROUGE, BERTScore, fact recall;
+- ``export/``: the exported model folder, its model card, the Hub, the ``Summarizer``;
+- ``runs/``: one run start to finish (context, steps, trainer, module, callbacks, checkpoints,
+  results schema); ``bench/``: speed, memory and scaling;
+- ``artifacts/``: the paper's tables and figure (grids, runs, rendering), the reader pretraining;
+- ``cli/``: the console commands (``scaleformer train|summarize|score|reproduce|bench|push``).
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.2.0"
+__all__ = ["Summarizer", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """``from scaleformer import Summarizer`` without importing torch at ``import scaleformer``."""
+    if name == "Summarizer":
+        from scaleformer.export.summarizer import Summarizer
+
+        return Summarizer
+    raise AttributeError(f"module 'scaleformer' has no attribute {name!r}")

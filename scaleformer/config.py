@@ -8,19 +8,23 @@ configs live beside their method (``scaleformer/methods/*.py``) and are validate
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
-
-class ConfigError(ValueError):
-    """A config value is out of range or inconsistent; the message names the key."""
+from scaleformer.errors import ConfigError, check
 
 
-def check(ok: bool, key: str, value: Any, limit: str) -> None:
-    """Raise a ConfigError naming the key, the value and the limit it broke."""
-    if not ok:
-        raise ConfigError(f"{key}={value!r}: {limit}")
+def runtime(default: Any = MISSING, *, factory: Any = None) -> Any:
+    """A field that changes neither the trained weights nor the run's name (where or how a run happens):
+    the training identity leaves it out (:func:`scaleformer.runs.identity.training_identity`)."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"runtime": True})
+    return field(default=default, metadata={"runtime": True})
+
+
+def runtime_fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls) if f.metadata.get("runtime"))
 
 
 def _positive(key: str, value: int | float | None, allow_none: bool = False) -> None:
@@ -82,7 +86,7 @@ class DataConfig:
     max_input_tokens: int | None = None
     max_target_tokens: int = 512
     max_train_examples: int | None = None
-    max_eval_examples: int | None = None
+    max_eval_examples: int | None = runtime(None)
     # Synthetic set: documents per split, their rough length in words (synthetic_split_words: per split,
     # e.g. {validation: 26000}) and key events per ledger (an inclusive [min, max] range).
     synthetic_docs: dict[str, int] = field(default_factory=lambda: {"train": 64, "validation": 8, "test": 8})
@@ -90,9 +94,9 @@ class DataConfig:
     synthetic_split_words: dict[str, int] = field(default_factory=dict)
     synthetic_events: list[int] = field(default_factory=lambda: [6, 9])
     batch_size: int = 1
-    eval_batch_size: int = 1
-    num_workers: int = 0
-    cache_dir: str = ".cache/scaleformer"
+    eval_batch_size: int = runtime(1)
+    num_workers: int = runtime(0)
+    cache_dir: str = runtime(".cache/scaleformer")
 
     def __post_init__(self) -> None:
         check(self.source in ("hub", "local", "synthetic"), "data.source", self.source,
@@ -145,7 +149,7 @@ class OptimConfig:
     eps: float = 1e-8
     # A non-finite (NaN/inf) training loss stops the run with an error naming the step; true logs a
     # warning instead and keeps training (the weights are then usually NaN too).
-    allow_nonfinite_loss: bool = False
+    allow_nonfinite_loss: bool = runtime(False)  # only decides whether a diverged run stops
 
     def __post_init__(self) -> None:
         _positive("optim.lr", self.lr)
@@ -167,27 +171,31 @@ class TrainerConfig:
     as is (see :func:`trainer_config`) and validated by Lightning itself.
     """
 
-    max_steps: int = 1000
-    max_epochs: int | None = None
-    accelerator: str = "auto"
-    devices: Any = "auto"
+    max_steps: int = runtime(1000)  # raising it continues the same run
+    max_epochs: int | None = runtime(None)
+    accelerator: str = runtime("auto")
+    devices: Any = runtime("auto")
     precision: str = "auto"
     gradient_clip_val: float | None = 1.0
     accumulate_grad_batches: int = 1
-    val_check_interval: Any = None
-    check_val_every_n_epoch: int | None = 1
-    limit_val_batches: Any = 1.0
-    log_every_n_steps: int = 10
-    enable_progress_bar: bool = True
-    do_train: bool = True
-    eval_splits: list[str] = field(default_factory=lambda: ["validation", "test"])
+    val_check_interval: Any = runtime(None)
+    check_val_every_n_epoch: int | None = runtime(1)
+    limit_val_batches: Any = runtime(1.0)
+    log_every_n_steps: int = runtime(10)
+    enable_progress_bar: bool = runtime(True)
+    do_train: bool = runtime(True)
+    eval_splits: list[str] = runtime(factory=lambda: ["validation", "test"])
     # "last": continue from this run's newest checkpoint when it has one (else start fresh);
     # a path: start from that checkpoint; null: start fresh (this run's checkpoints are replaced).
-    ckpt_path: str | None = "last"
+    ckpt_path: str | None = runtime("last")
     # A checkpoint every N optimiser steps, and always one at the end of training.
-    checkpoint_every_n_steps: int = 500
+    checkpoint_every_n_steps: int = runtime(500)
     # Lightning Trainer arguments this schema does not name, passed through unchanged.
     extra: dict[str, Any] = field(default_factory=dict)
+    # Of those, the ones that change neither the weights nor the run's name (out of the training identity).
+    RUNTIME_EXTRA: ClassVar[tuple[str, ...]] = (
+        "num_nodes", "strategy", "plugins", "profiler", "enable_model_summary", "num_sanity_val_steps", "barebones",
+        "detect_anomaly", "use_distributed_sampler", "limit_predict_batches", "limit_test_batches")
 
     def __post_init__(self) -> None:
         check(self.max_steps == -1 or self.max_steps > 0, "trainer.max_steps", self.max_steps,
@@ -316,62 +324,6 @@ def register_configs() -> None:
     cs.store(name="base_config", node=Config)
 
 
-@dataclass
-class RunConfig:
-    """The validated, typed config of one run (what the rest of the code consumes)."""
-
-    backbone: BackboneConfig
-    data: DataConfig
-    method: Any
-    trainer: TrainerConfig
-    paths: PathsConfig
-    logger: dict[str, Any]
-    callbacks: dict[str, Any]
-    optim: OptimConfig
-    generation: GenerationConfig
-    metrics: MetricsConfig
-    seed: int
-    run_name: str | None
-    tag: str | None
-    skip_existing: bool
-    choices: dict[str, Any]
-    raw: DictConfig  # the resolved DictConfig (run paths filled in), saved with the results
-
-    @property
-    def method_option(self) -> str:
-        """The `method` option the user chose (e.g. scaleformer_middle); the class name without one."""
-        return str(self.choices.get("method") or self.method.name)
-
-
-def to_config(cfg: DictConfig) -> RunConfig:
-    """Validate every group (types, unknown keys, ranges), fill the run paths, return typed objects."""
-    from scaleformer.identity import fill_run_paths
-    from scaleformer.methods import method_config
-
-    try:
-        resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True))
-    except Exception as e:
-        raise ConfigError(str(e).splitlines()[0] + _key_hint(e)) from None
-    schema = OmegaConf.structured(Config)
-    method_raw, trainer_raw = resolved.method, resolved.trainer  # typed by their own schemas below
-    try:
-        merged = OmegaConf.merge(schema, resolved)
-    except Exception as e:  # omegaconf's errors name the key; keep them, drop the traceback noise
-        raise ConfigError(str(e).splitlines()[0] + _key_hint(e)) from None
-    obj: Config = OmegaConf.to_object(merged)  # runs __post_init__ range checks
-    for group in ("logger", "callbacks"):
-        for name, node in getattr(obj, group).items():
-            check(node is None or (isinstance(node, dict) and isinstance(node.get("_target_"), str)),
-                  f"{group}.{name}", node, "must be null or a mapping with a _target_ class path")
-    rc = RunConfig(
-        backbone=obj.backbone, data=obj.data, method=method_config(method_raw),
-        trainer=trainer_config(trainer_raw), paths=obj.paths, logger=obj.logger, callbacks=obj.callbacks,
-        optim=obj.optim, generation=obj.generation, metrics=obj.metrics, seed=obj.seed, run_name=obj.run_name,
-        tag=obj.tag, skip_existing=obj.skip_existing, choices=dict(obj.choices), raw=resolved,
-    )
-    return fill_run_paths(rc, cfg)
-
-
 def _key_hint(e: Exception) -> str:
     key = getattr(e, "full_key", None)
     return f" (key: {key})" if key else ""
@@ -379,13 +331,14 @@ def _key_hint(e: Exception) -> str:
 
 def compose_config(overrides: list[str] | None = None, config_dir: str | None = None) -> DictConfig:
     """Compose conf/config.yaml with overrides exactly as `python train.py ...` would (for tools and tests)."""
-    from pathlib import Path
 
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     register_configs()
-    conf = config_dir or str(Path(__file__).resolve().parents[1] / "conf")
+    from scaleformer.resources import conf_dir
+
+    conf = config_dir or str(conf_dir())
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=conf, version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides or [], return_hydra_config=True)

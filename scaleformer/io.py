@@ -1,7 +1,9 @@
-"""Atomic file writing: a killed run never leaves a half-written results file.
+"""Atomic file writing, the project's one writer: a killed run never leaves a half-written file or folder.
 
 - Every write goes to a temp file ``.<name>.<random>.tmp`` in the target's folder, is fsynced, then
-  renamed over the target. The result has the permissions of a plain ``open()``: ``0666`` minus
+  renamed over the target (:func:`atomic_write_bytes` and friends; :func:`atomic_file` hands the temp
+  path to a library that writes it itself, e.g. ``torch.save``). A folder (an exported model, a
+  tokenized cache entry) is built beside its target and renamed into place (:func:`atomic_dir`). The result has the permissions of a plain ``open()``: ``0666`` minus
   the umask (``mkstemp`` alone would make it ``0600``).
 - A killed writer leaves its temp file behind. The first time a process writes into a folder, it
   removes that folder's temp files (names ``.<name>.<token>.tmp``, the pattern of these writers and
@@ -11,10 +13,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -78,23 +82,69 @@ def _sweep_once(folder: Path) -> None:
         remove_stale_temps(folder)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write to a temp file in the same folder, fsync, then rename over `path` (mode 0666 & ~umask)."""
+@contextlib.contextmanager
+def atomic_file(path: str | Path) -> Iterator[Path]:
+    """A temp path beside ``path`` for a writer that opens it itself; renamed over ``path`` (fsynced,
+    mode 0666 & ~umask) when the block ends without an error, removed otherwise."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _sweep_once(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(name)
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
+        os.close(fd)
+        yield tmp
+        with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write to a temp file in the same folder, fsync, then rename over `path` (mode 0666 & ~umask)."""
+    with atomic_file(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path, *, replace: bool = True) -> Iterator[Path]:
+    """A temp folder beside ``path`` to fill; it becomes ``path`` when the block ends without an error.
+
+    ``replace``: an existing ``path`` is swapped out (kept until the new one is in place, then
+    removed); otherwise an existing complete ``path`` wins (another process, e.g. a DDP rank, made the
+    same folder first) and the temp folder is dropped. Files get 0666 & ~umask, folders 0777 & ~umask,
+    as if created in place (``mkdtemp`` alone makes the folder 0700).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmpdir"))
+    try:
+        yield tmp
+        umask = current_umask()
+        for root, dirs, names in os.walk(tmp):
+            for d in dirs:
+                os.chmod(os.path.join(root, d), 0o777 & ~umask)
+            for n in names:
+                os.chmod(os.path.join(root, n), 0o666 & ~umask)
+        os.chmod(tmp, 0o777 & ~umask)
+        if not replace:
+            try:
+                os.rename(tmp, path)  # fails when path exists (non-empty): the first writer wins
+            except OSError:
+                if not path.exists():
+                    raise
+            return
+        old = path.with_name(f".{path.name}.old")
+        if path.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

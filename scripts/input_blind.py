@@ -52,10 +52,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from omegaconf import OmegaConf
 
-    from scaleformer.config import ConfigError, to_config
+    from scaleformer.errors import ConfigError
+    from scaleformer.export.summarizer import Summarizer
     from scaleformer.io import atomic_write_json
     from scaleformer.metrics import compute_metrics
-    from scaleformer.summarize import Summarizer
+    from scaleformer.runs.context import to_config
 
     run, model_dir = args.run_dir, args.run_dir / "model"
     if not (run / "config.yaml").is_file() or not model_dir.is_dir():

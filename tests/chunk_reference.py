@@ -1,4 +1,4 @@
-"""Plain-Python chunk plans for the tests, written from the published rules, not from scaleformer.chunking.
+"""Plain-Python chunk plans for the tests, written from the published rules, not from scaleformer.ops.chunking.
 
 Windows (SLED, Ivgi et al. 2023): stride ``size - overlap`` from 0 while a window still ends before
 the document end, then one last window ``[n - size, n)``; a document of at most ``size`` tokens is

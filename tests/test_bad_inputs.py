@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -21,11 +20,13 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import ROOT, compose
+from conftest import compose
 
-from scaleformer.config import ConfigError, DataConfig, SplitNames, to_config
+from scaleformer.config import DataConfig, SplitNames
 from scaleformer.data import DataError
-from scaleformer.runtime import RunInUseError
+from scaleformer.errors import ConfigError
+from scaleformer.runs.context import to_config
+from scaleformer.runs.runtime import RunInUseError
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def config(*overrides: str) -> Callable[[Path], Any]:
 def model_config(*overrides: str) -> Callable[[Path], Any]:
     """Read the backbone's model config (no weights), as a run does right after validation."""
     def go(tmp: Path) -> Any:
-        from scaleformer.backbone import load_tokenizer, model_config
+        from scaleformer.model.backbone import load_tokenizer, model_config
 
         rc = to_config(compose(list(overrides)))
         return model_config(rc.backbone, load_tokenizer(rc.backbone))
@@ -55,7 +56,7 @@ def model_config(*overrides: str) -> Callable[[Path], Any]:
 
 @cache
 def _tokenizer() -> Any:
-    from scaleformer.tokenizer import load_offline_tokenizer
+    from scaleformer.model.tokenizer import load_offline_tokenizer
 
     return load_offline_tokenizer("bart")
 
@@ -82,7 +83,7 @@ def data(name: str, content: bytes, **cfg: Any) -> Callable[[Path], Any]:
 def start(*overrides: str) -> Callable[[Path], Any]:
     """``run`` on the debug config: the start-up checks come before any model is built."""
     def go(tmp: Path) -> Any:
-        from scaleformer.run import run
+        from scaleformer.runs.run import run
 
         ovs = [o.replace("{tmp}", str(tmp)) for o in overrides]
         return run(compose(["debug=default", f"paths.root={tmp}/results", f"paths.cache={tmp}/cache",
@@ -100,7 +101,7 @@ def with_checkpoint(meta: dict[str, Any], *overrides: str) -> Callable[[Path], A
 def while_running(*overrides: str) -> Callable[[Path], Any]:
     """``run`` while another process holds the run folder (its lock taken here, as that process would)."""
     def go(tmp: Path) -> Any:
-        from scaleformer import runtime
+        from scaleformer.runs import runtime
 
         rc = to_config(compose(["debug=default", f"paths.root={tmp}/results", *overrides]))
         with runtime.run_lock(Path(rc.paths.run_dir)):
@@ -109,7 +110,7 @@ def while_running(*overrides: str) -> Callable[[Path], Any]:
 
 
 def unwritable_root(tmp: Path) -> Any:
-    from scaleformer.run import run
+    from scaleformer.runs.run import run
 
     (tmp / "f").write_text("a file where the results folder should be")
     return run(compose(["debug=default", f"paths.root={tmp}/f", f"paths.cache={tmp}/cache"]))
@@ -117,11 +118,7 @@ def unwritable_root(tmp: Path) -> Any:
 
 def score(content: bytes, *args: str) -> Callable[[Path], Any]:
     def go(tmp: Path) -> Any:
-        sys.path.insert(0, str(ROOT / "scripts"))
-        try:
-            import score as score_py
-        finally:
-            sys.path.pop(0)
+        from scaleformer.cli import score as score_py
         f = tmp / "p.jsonl"
         f.write_bytes(content)
         return score_py.main([str(f), "--no-bertscore", "--sentence-splitter", "regex",
@@ -280,7 +277,7 @@ def test_the_table_covers_every_kind_of_mistake() -> None:
 
 def test_traversal_names_write_nothing_anywhere(tmp_path: Path) -> None:
     """A refused name stops the run before any folder or file is made, inside or outside the root."""
-    from scaleformer.run import run
+    from scaleformer.runs.run import run
 
     root = tmp_path / "root"
     root.mkdir()

@@ -21,7 +21,7 @@ from scaleformer.bench.profile import Comparison, Profile, Target, load_profile
 from scaleformer.bench.rows import FULL, LED, SkipMethod, expand_methods, make_method, method_params
 from scaleformer.bench.shapes import Shape, load_shape
 from scaleformer.bench.summary import fit_exponent
-from scaleformer.config import ConfigError
+from scaleformer.errors import ConfigError
 from scaleformer.methods import REGISTRY, BackboneSpec
 from scaleformer.methods.sled import Sled
 from scaleformer.methods.truncation import Truncation, TruncationConfig
@@ -425,7 +425,7 @@ def test_encoder_flops_match_torch_flop_counter(arch):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from scaleformer.bench.probes import record_encoder_calls
-    from scaleformer.kept_layer import encode_at
+    from scaleformer.ops.kept_layer import encode_at
 
     pos = torch.arange(7).expand(3, -1) * 5  # [3, 7]
     counter = FlopCounterMode(display=False)

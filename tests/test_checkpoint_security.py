@@ -21,9 +21,10 @@ import pytest
 import torch
 from conftest import ROOT, compose
 
-from scaleformer import checkpoints
-from scaleformer.config import ConfigError, to_config
-from scaleformer.run import run
+from scaleformer.errors import ConfigError
+from scaleformer.runs import checkpoints
+from scaleformer.runs.context import to_config
+from scaleformer.runs.run import run
 
 
 class _Payload:
@@ -133,7 +134,7 @@ def test_local_malicious_checkpoint_is_not_unpickled(tmp_path, evil, do_train):
 
 def test_backbone_weights_file_with_code_is_refused(tmp_path, evil):
     """A local backbone folder whose pytorch_model.bin carries code: one-line ConfigError, nothing runs."""
-    from scaleformer.backbone import build_model, load_tokenizer, model_config
+    from scaleformer.model.backbone import build_model, load_tokenizer, model_config
 
     rc = to_config(compose([]))
     tok = load_tokenizer(rc.backbone)

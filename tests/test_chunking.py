@@ -9,7 +9,8 @@ import pytest
 import torch
 from chunk_reference import chunk_spans, windows
 
-from scaleformer.chunking import (
+from scaleformer.errors import ConfigError
+from scaleformer.ops.chunking import (
     encode_chunks,
     gather_chunk_ids,
     keep_spans,
@@ -18,8 +19,7 @@ from scaleformer.chunking import (
     plan_chunks,
     prefix_rows,
 )
-from scaleformer.config import ConfigError
-from scaleformer.packing import pack_rows
+from scaleformer.ops.packing import pack_rows
 
 # SLED's own examples (Mivg/SLED sled/modeling_sled.py, the _window_indices docstring), verbatim:
 # (context_start, context_end, update_start, update_end). SledModel(model, 512) has window_fraction
@@ -234,7 +234,7 @@ def test_pack_rows_orders_heads_then_rows():
 def test_auto_encoder_batch_size_follows_free_memory():
     from types import SimpleNamespace
 
-    from scaleformer.chunking import auto_encoder_batch_size
+    from scaleformer.ops.chunking import auto_encoder_batch_size
 
     spec = SimpleNamespace(d_model=768, n_encoder_layers=6)
     cpu = auto_encoder_batch_size(torch.device("cpu"), 1024, spec, training=True)
@@ -275,7 +275,7 @@ def test_auto_encoder_batch_size_matches_fixed_size_output():
 
 def test_write_rows_in_place_and_differentiable():
     """Rows written once into a buffer (the last row a dump): each source row gets its slot's gradient."""
-    from scaleformer.packing import write_rows
+    from scaleformer.ops.packing import write_rows
 
     a = torch.randn(3, 2, requires_grad=True)
     b = torch.randn(2, 2, requires_grad=True)

@@ -1,4 +1,4 @@
-"""The seam into transformers/Lightning internals (scaleformer.compat) on a release it does not know.
+"""The seam into transformers/Lightning internals (scaleformer.ops.compat) on a release it does not know.
 
 A future transformers release is simulated by replacing a stock forward with one whose parameters
 have other names (as 5.24 renamed ``past_key_values`` to ``cache``). Speed-only patches must give
@@ -19,9 +19,9 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 from test_decoding import batch, encoded, stock, tiny
 
-from scaleformer import compat, decoding, kept_layer
-from scaleformer.config import ConfigError
+from scaleformer.errors import ConfigError
 from scaleformer.methods import build_method, method_config
+from scaleformer.ops import compat, decoding, kept_layer
 
 pytestmark = pytest.mark.compat  # run on other transformers releases by `make test-compat`
 
@@ -126,7 +126,7 @@ def test_unknown_layer_signature_turns_the_kept_layer_off_and_stops_span_methods
 
 
 def test_a_whole_run_completes_on_the_stock_path(monkeypatch, caplog, tmp_path, fresh_seam):
-    from scaleformer.run import run
+    from scaleformer.runs.run import run
 
     _renamed_attention(monkeypatch)
     overrides = [f"paths.root={tmp_path}/results", f"paths.cache={tmp_path}/cache", "method=scaleformer_middle",

@@ -7,9 +7,10 @@ from conftest import CONF, compose
 from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from scaleformer.backbone import backbone_spec, load_tokenizer, model_config
-from scaleformer.config import ConfigError, to_config
+from scaleformer.errors import ConfigError
 from scaleformer.methods import REGISTRY, build_method
+from scaleformer.model.backbone import backbone_spec, load_tokenizer, model_config
+from scaleformer.runs.context import to_config
 
 GROUPS = ["backbone", "data", "method", "trainer", "optim", "logger", "callbacks", "paths", "debug"]
 # Options that need a user value to compose (e.g. the path of their own file).
@@ -128,7 +129,10 @@ def test_runs_are_named_by_the_method_option():
 
 
 def test_training_length_and_evaluation_settings_keep_the_run_folder():
-    from scaleformer.identity import eval_dir
+    from scaleformer.runs.context import RunContext
+
+    def eval_dir(rc, step):
+        return RunContext.create(rc).eval_dir(step)
 
     a = to_config(compose([]))
     b = to_config(compose(["trainer.max_steps=5000", "generation.num_beams=1", "metrics.bertscore.enabled=false",
@@ -154,8 +158,8 @@ def test_truncation_window_beyond_max_positions_is_rejected():
 def test_hub_backbone_offline_fails_fast_with_a_clear_message(monkeypatch):
     import time
 
-    from scaleformer.backbone import load_tokenizer
-    from scaleformer.hub import HubUnreachableError
+    from scaleformer.model.backbone import load_tokenizer
+    from scaleformer.model.hub import HubUnreachableError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     rc = to_config(compose(["backbone=bart_base"]))
@@ -166,7 +170,7 @@ def test_hub_backbone_offline_fails_fast_with_a_clear_message(monkeypatch):
 
 
 def test_a_bad_logger_argument_fails_before_the_model_is_built(tmp_path):
-    from scaleformer.trainer import instantiate_all
+    from scaleformer.runs.trainer import instantiate_all
 
     rc = to_config(compose([f"paths.root={tmp_path}", "+logger.csv.no_such_argument=1"]))
     with pytest.raises(ConfigError, match=r"logger\.csv .*no_such_argument"):

@@ -17,12 +17,13 @@ import pytest
 import torch
 from conftest import compose
 
-from scaleformer.config import DataConfig, SplitNames, to_config
+from scaleformer.config import DataConfig, SplitNames
 from scaleformer.data import Collator, DataError, HubUnavailableError, SummarizationDataModule, synthetic
 from scaleformer.data.encode import encode
 from scaleformer.data.examples import Row, to_rows
 from scaleformer.data.sources import ROLES, HubSource, LocalSource, SyntheticSource
-from scaleformer.tokenizer import load_offline_tokenizer
+from scaleformer.model.tokenizer import load_offline_tokenizer
+from scaleformer.runs.context import to_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "data"
 CHUNK, OVERLAP = 1024, 150  # the paper's window and overlap
@@ -496,7 +497,7 @@ def test_hub_offline_fails_fast_and_clearly(tmp_path: Path, tok, monkeypatch: py
 
 def test_hub_unreachable_probe(tmp_path: Path, tok, monkeypatch: pytest.MonkeyPatch) -> None:
     import scaleformer.data.sources as sources
-    import scaleformer.hub as hub
+    import scaleformer.model.hub as hub
 
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         monkeypatch.delenv(var, raising=False)

@@ -1,4 +1,4 @@
-"""Beam-shared cross-attention (scaleformer.decoding) against the stock transformers generation path.
+"""Beam-shared cross-attention (scaleformer.ops.decoding) against the stock transformers generation path.
 
 The reference is ``model.generate`` with the encoder states expanded per beam, on the same model and
 inputs: the token sequences must be identical for every method, BART and T5, greedy and beam
@@ -13,8 +13,8 @@ import torch
 from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
-from scaleformer import decoding
 from scaleformer.methods import BackboneSpec, build_method, method_config
+from scaleformer.ops import decoding
 
 pytestmark = pytest.mark.compat  # run on other transformers releases by `make test-compat`
 
@@ -176,7 +176,7 @@ def test_classes_swapped_in_place_parameters_unchanged():
 
 def test_summarization_module_generates_through_the_shared_path(monkeypatch):
     from scaleformer.config import GenerationConfig, OptimConfig
-    from scaleformer.module import SummarizationModule
+    from scaleformer.runs.module import SummarizationModule
 
     model, spec = tiny("bart")
     method = build_method(method_config({"name": "sled", **SMALL}), spec)

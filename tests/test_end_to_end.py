@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import ROOT, compose
 
-from scaleformer.run import run
+from scaleformer.runs.run import run
 
 
 def _tiny(tmp_path, *extra: str) -> list[str]:

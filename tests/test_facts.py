@@ -16,7 +16,7 @@ from scaleformer.metrics.facts import (
     reference_events,
     window_ceiling,
 )
-from scaleformer.tokenizer import load_offline_tokenizer
+from scaleformer.model.tokenizer import load_offline_tokenizer
 
 REF = ("The ledger of Ash Crossing records 3 events. Mara Quill repaired 17 lanterns at Harbor Gate. "
        "Otto Birch sold 250 sacks of flour at the North Mill. Mara Quill counted 9 bells at the Hay Loft.")

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from scaleformer.fusion import span_cumulation
+from scaleformer.ops.fusion import span_cumulation
 
 
 def reference(left: torch.Tensor, right: torch.Tensor, alpha: float, counts: list[int]):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import compose
 
-from scaleformer.run import run
+from scaleformer.runs.run import run
 
 GOLDEN = Path(__file__).parent / "golden" / "runs.json"
 UPDATE = os.environ.get("SCALEFORMER_UPDATE_GOLDEN") == "1"
@@ -95,11 +95,11 @@ ENCODE_CASES = [("tiny_bart", m) for m in ("truncation", "sled", "scaleformer", 
 def _encode_observation(backbone: str, method_name: str) -> dict:
     import torch
 
-    from scaleformer.backbone import backbone_spec, build_model, load_tokenizer, model_config
-    from scaleformer.config import to_config
     from scaleformer.data.synthetic import split_rows
     from scaleformer.methods import build_method
-    from scaleformer.module import SummarizationModule
+    from scaleformer.model.backbone import backbone_spec, build_model, load_tokenizer, model_config
+    from scaleformer.runs.context import to_config
+    from scaleformer.runs.module import SummarizationModule
 
     rc = to_config(compose([f"backbone={backbone}", f"method={method_name}", "seed=7"]))
     tok = load_tokenizer(rc.backbone)

@@ -15,10 +15,12 @@ import pytest
 import torch
 from conftest import compose
 
-from scaleformer import backbone as backbone_mod
-from scaleformer.config import ConfigError, OptimConfig, to_config
-from scaleformer.module import SummarizationModule, TrainingDiverged
-from scaleformer.run import run
+from scaleformer.config import OptimConfig
+from scaleformer.errors import ConfigError
+from scaleformer.model import backbone as backbone_mod
+from scaleformer.runs.context import to_config
+from scaleformer.runs.module import SummarizationModule, TrainingDiverged
+from scaleformer.runs.run import run
 
 
 def _tiny(tmp_path: Path, *extra: str) -> list[str]:
@@ -30,8 +32,8 @@ def _tiny(tmp_path: Path, *extra: str) -> list[str]:
 
 
 def _module(optim: OptimConfig) -> SummarizationModule:
-    from scaleformer.backbone import backbone_spec, build_model, load_tokenizer, model_config
     from scaleformer.methods import build_method
+    from scaleformer.model.backbone import backbone_spec, build_model, load_tokenizer, model_config
 
     rc = to_config(compose(["method=truncation"]))
     tok = load_tokenizer(rc.backbone)
@@ -85,7 +87,7 @@ def test_max_positions_above_learned_positions_fails_before_weights(tmp_path, mo
     def no_weights(*args, **kwargs):
         raise AssertionError("the model must not be built")
 
-    monkeypatch.setattr("scaleformer.run.build_model", no_weights)
+    monkeypatch.setattr("scaleformer.runs.run.build_model", no_weights)
     with pytest.raises(ConfigError, match=r"^backbone\.max_positions=2048: above the 1024 positions the bart "
                                           r"backbone 'tiny_bart' has learned \(max_position_embeddings=1024\); "
                                           r"set backbone\.max_positions <= 1024"):
@@ -117,7 +119,11 @@ def test_tag_is_recorded_never_a_path():
     tagged = to_config(compose(["tag=../../../tmp/escape"]))
     assert tagged.tag == "../../../tmp/escape"
     assert (tagged.paths.run_id, tagged.paths.run_dir) == (plain.paths.run_id, plain.paths.run_dir)
-    from scaleformer.identity import eval_dir, evaluation_identity, training_identity
+    from scaleformer.runs.context import RunContext
+    from scaleformer.runs.identity import evaluation_identity, training_identity
+
+    def eval_dir(rc, step):
+        return RunContext.create(rc).eval_dir(step)
 
     assert eval_dir(tagged, 5) == eval_dir(plain, 5)
     assert "escape" not in json.dumps([training_identity(tagged), evaluation_identity(tagged)])

@@ -33,27 +33,36 @@ def test_crash_before_rename_keeps_old_file_and_no_temp(tmp_path, monkeypatch):
 
 
 def test_crash_during_write_leaves_no_temp(tmp_path, monkeypatch):
+    """A write that fails half-way (disk full) leaves neither the target nor a temp file."""
     p = tmp_path / "table.md"
-    real_fdopen = os.fdopen
+    real_write = io.Path.write_bytes
 
-    class Broken:
-        def __init__(self, *a, **k):
-            self.f = real_fdopen(*a, **k)
+    def half_then_full(self, data):
+        real_write(self, data[:3])
+        raise OSError("disk full")
 
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def write(self, data):
-            self.f.write(data[:3])
-            raise OSError("disk full")
-
-    monkeypatch.setattr(os, "fdopen", Broken)
+    monkeypatch.setattr(io.Path, "write_bytes", half_then_full)
     with pytest.raises(OSError, match="disk full"):
         io.atomic_write_text(p, "hello world")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_dir_swaps_in_a_finished_folder_only(tmp_path):
+    out = tmp_path / "model"
+    with io.atomic_dir(out) as tmp:
+        (tmp / "a.txt").write_text("one")
+    assert (out / "a.txt").read_text() == "one"
+    with pytest.raises(RuntimeError), io.atomic_dir(out) as tmp:
+        (tmp / "a.txt").write_text("half")
+        raise RuntimeError("killed")
+    assert (out / "a.txt").read_text() == "one", "a failed rewrite keeps the old folder"
+    with io.atomic_dir(out, replace=False) as tmp:  # the first complete writer wins
+        (tmp / "a.txt").write_text("two")
+    assert (out / "a.txt").read_text() == "one"
+    with io.atomic_dir(out) as tmp:
+        (tmp / "b.txt").write_text("new")
+    assert sorted(p.name for p in out.iterdir()) == ["b.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"], "no temp or old folders left"
 
 
 def test_read_jsonl_names_file_and_line(tmp_path):

@@ -1,4 +1,4 @@
-"""The encoder's last layer at kept positions only (scaleformer.kept_layer) against the full encoder.
+"""The encoder's last layer at kept positions only (scaleformer.ops.kept_layer) against the full encoder.
 
 Reference: the stock encoder's forward at every position, then the same positions gathered. Equal
 within 1e-5 in fp32 for BART and T5, ragged rows, row subsets, query prefixes and ScaleFormer with
@@ -11,9 +11,9 @@ import pytest
 import torch
 from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
 
-from scaleformer import kept_layer
-from scaleformer.kept_layer import deterministic, encode_at, full_then_gather
 from scaleformer.methods import BackboneSpec, build_method, method_config
+from scaleformer.ops import kept_layer
+from scaleformer.ops.kept_layer import deterministic, encode_at, full_then_gather
 
 pytestmark = pytest.mark.compat  # run on other transformers releases by `make test-compat`
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 from conftest import ROOT, TEST_DEFAULTS, compose
 
-from scaleformer import checkpoints, runtime
-from scaleformer.config import ConfigError
-from scaleformer.run import run
+from scaleformer.errors import ConfigError
+from scaleformer.runs import checkpoints, runtime
+from scaleformer.runs.run import run
 
 
 def _tiny(tmp_path: Path, *extra: str, root: str = "results") -> list[str]:
@@ -79,7 +79,7 @@ def test_a_checkpoint_of_another_method_is_refused_naming_both(tmp_path):
 
 
 def test_a_missing_checkpoint_fails_before_any_model_is_built(tmp_path, monkeypatch):
-    import scaleformer.run as run_module
+    import scaleformer.runs.run as run_module
 
     monkeypatch.setattr(run_module, "build_model", lambda *a, **k: pytest.fail("model built"))
     with pytest.raises(ConfigError, match=r"trainer\.ckpt_path=.*no such checkpoint file"):
@@ -142,7 +142,7 @@ def test_resuming_mid_epoch_after_a_crash_gives_identical_predictions(tmp_path):
 def test_export_round_trips_and_loads_with_plain_transformers(tmp_path):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from scaleformer.summarize import Summarizer
+    from scaleformer.export.summarizer import Summarizer
 
     result = run(compose(_tiny(tmp_path, "method=memorizing")))
     model_dir = _run_dir(result, tmp_path / "results") / "model"
@@ -157,7 +157,7 @@ def test_export_round_trips_and_loads_with_plain_transformers(tmp_path):
 
 
 def test_summarize_cli_on_text_and_jsonl(tmp_path, capsys):
-    from scaleformer.summarize import main
+    from scaleformer.cli.summarize import main
 
     result = run(compose(_tiny(tmp_path)))
     model_dir = _run_dir(result, tmp_path / "results") / "model"
@@ -256,7 +256,7 @@ def test_a_killed_run_resumes_to_byte_identical_predictions(tmp_path):
 
 
 def test_an_unwritable_output_folder_fails_at_start_up(tmp_path, monkeypatch):
-    import scaleformer.run as run_module
+    import scaleformer.runs.run as run_module
 
     monkeypatch.setattr(run_module, "load_tokenizer", lambda *a, **k: pytest.fail("work started"))
     blocker = tmp_path / "a_file"
@@ -267,7 +267,7 @@ def test_an_unwritable_output_folder_fails_at_start_up(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_summarizing_a_million_token_document_on_the_cpu(tmp_path):
-    from scaleformer.summarize import Summarizer
+    from scaleformer.export.summarizer import Summarizer
 
     result = run(compose(_tiny(tmp_path, "method=scaleformer")))
     summarize = Summarizer.from_pretrained(_run_dir(result, tmp_path / "results") / "model", device="cpu",
@@ -280,7 +280,7 @@ def test_summarizing_a_million_token_document_on_the_cpu(tmp_path):
 
 
 def test_a_query_prefix_too_long_for_the_window_fails_before_the_model_is_built(tmp_path, monkeypatch):
-    import scaleformer.run as run_module
+    import scaleformer.runs.run as run_module
 
     rows = [{"id": f"d{i}", "input": "words " * 800, "output": "a summary", "query": "why " * 40} for i in range(2)]
     data = tmp_path / "data.jsonl"
@@ -294,7 +294,7 @@ def test_a_query_prefix_too_long_for_the_window_fails_before_the_model_is_built(
 def test_input_blind_baselines_score_the_model_without_its_input(tmp_path, capsys, monkeypatch):
     """The exported model on its own documents, on swapped ones and on none, beside the most frequent
     training summary; fact recall is in every row on the synthetic ledgers, and in the run's table."""
-    from scaleformer.console import summary_table
+    from scaleformer.runs.console import summary_table
 
     sys.path.insert(0, str(ROOT / "scripts"))
     from input_blind import main
@@ -305,7 +305,7 @@ def test_input_blind_baselines_score_the_model_without_its_input(tmp_path, capsy
     assert main([str(run_dir), "--limit", "1"]) == 2, "one document cannot be swapped with another"
     # A stand-in model that repeats the start of its input shows which document each baseline read
     # (a 3-step model writes the same text for every input).
-    from scaleformer.summarize import Summarizer
+    from scaleformer.export.summarizer import Summarizer
 
     monkeypatch.setattr(Summarizer, "summarize", lambda self, texts, progress=False: [t[:60] for t in texts])
     assert main([str(run_dir)]) == 0

@@ -15,9 +15,10 @@ from omegaconf import OmegaConf
 from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
-from scaleformer.attention import Span, banded_attention, encoder_layers, self_attention
-from scaleformer.config import ConfigError, to_config
+from scaleformer.errors import ConfigError
 from scaleformer.methods import BackboneSpec, build_method, method_config
+from scaleformer.ops.spans import Span, banded_attention, encoder_layers, self_attention
+from scaleformer.runs.context import to_config
 
 pytestmark = pytest.mark.compat  # run on other transformers releases by `make test-compat`
 
@@ -380,7 +381,7 @@ def test_embedded_default_config_runs_each_method(compose_cfg):
 @pytest.mark.parametrize("name", METHODS)
 def test_pipeline_end_to_end(tmp_path, compose_cfg, backbone, name):
     """The real pipeline (train, generate, score, metrics.json) with the default method config."""
-    from scaleformer.run import run
+    from scaleformer.runs.run import run
 
     result = run(compose_cfg([
         f"paths.root={tmp_path}/results", f"paths.cache={tmp_path.parent}/shared_cache", "data.synthetic_docs.train=2",

@@ -17,9 +17,9 @@ import torch
 from test_unlimiformer import ARCHS, SPECS, W, tiny, truncated_encoding  # noqa: E402
 from transformers.modeling_outputs import BaseModelOutput
 
-from scaleformer.config import ConfigError
+from scaleformer.errors import ConfigError
 from scaleformer.methods import build_method, method_config
-from scaleformer.retrieval import cross_attentions
+from scaleformer.ops.retrieval import cross_attentions
 
 pytestmark = pytest.mark.compat  # run on other transformers releases by `make test-compat`
 
@@ -209,7 +209,7 @@ def test_training_encodes_everything_and_attends_as_generation_does(arch):
 def test_defaults_follow_wu_et_al():
     from conftest import compose
 
-    from scaleformer.config import to_config
+    from scaleformer.runs.context import to_config
 
     cfg = to_config(compose(["method=memorizing"])).method
     assert (cfg.k, cfg.memory_size, cfg.layer, cfg.keep_rule, cfg.overlap) == (32, None, -2, "sled", 512)

@@ -15,9 +15,9 @@ from omegaconf import OmegaConf
 from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
-from scaleformer.config import ConfigError
-from scaleformer.fusion import span_cumulation
+from scaleformer.errors import ConfigError
 from scaleformer.methods import BackboneSpec, build_method, method_config
+from scaleformer.ops.fusion import span_cumulation
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 BART = BackboneSpec(max_positions=1024, pad_id=1, prefix_ids=(0,), suffix_ids=(2,), d_model=16)
@@ -396,7 +396,7 @@ def test_empty_document_is_rejected_not_nan():
 def test_method_yaml_files(file, want):
     from conftest import compose
 
-    from scaleformer.config import to_config
+    from scaleformer.runs.context import to_config
 
     cfg = to_config(compose([f"method={file}", "seed=5"])).method
     assert cfg.name == want[0] and cfg.chunk_size == 1024 and cfg.overlap == 150

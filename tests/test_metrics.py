@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from rouge_score import rouge_scorer
 
-from scaleformer import hub
 from scaleformer import metrics as M
 from scaleformer.config import BertScoreConfig, MetricsConfig
-from scaleformer.hub import HubUnreachableError
 from scaleformer.metrics import bertscore
 from scaleformer.metrics import sentences as splitter
+from scaleformer.model import hub
+from scaleformer.model.hub import HubUnreachableError
 
 ROOT = Path(__file__).resolve().parents[1]
 TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
@@ -243,7 +243,7 @@ def test_one_hub_probe_with_one_timeout(monkeypatch, tmp_path):
     sources = {p.relative_to(ROOT).as_posix(): p.read_text() for p in (ROOT / "scaleformer").rglob("*.py")}
     probing = sorted(f for f, text in sources.items()
                      if any(w in text for w in ("create_connection", "model_info(", "PROBE_TIMEOUT_S =")))
-    assert probing == ["scaleformer/hub.py"]
+    assert probing == ["scaleformer/model/hub.py"]
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
@@ -392,11 +392,7 @@ def test_score_script_on_saved_predictions(tmp_path):
 
 
 def test_score_script_rejects_conflicting_predictions(tmp_path):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import score
-    finally:
-        sys.path.pop(0)
+    from scaleformer.cli import score
     f = tmp_path / "p.jsonl"
     f.write_text('{"id": 1, "prediction": "x", "reference": "y"}\n{"id": 1, "prediction": "z", "reference": "y"}\n')
     with pytest.raises(ValueError, match="different prediction"):
@@ -472,7 +468,7 @@ def test_partial_japanese_overlap_scores_between_0_and_100():
 
 
 def test_rouge_tokenizer_setting_is_validated_and_recorded(tmp_path):
-    from scaleformer.config import ConfigError
+    from scaleformer.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"metrics\.rouge_tokenizer='words': must be scrolls .* or unicode"):
         MetricsConfig(rouge_tokenizer="words")
@@ -489,11 +485,7 @@ def test_rouge_tokenizer_setting_is_validated_and_recorded(tmp_path):
 # ------------------------------------------------------------------------------- score.py bad input
 
 def _score_main(argv):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import score
-    finally:
-        sys.path.pop(0)
+    from scaleformer.cli import score
     return score.main(argv)
 
 

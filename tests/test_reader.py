@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from scaleformer import reader
+from scaleformer.artifacts import pretrain_reader as pretrain
+from scaleformer.model import readers as reader
 
 MICRO = reader.Recipe(
     "micro_reader", "bart", "tiny_bart",
@@ -21,16 +22,16 @@ def test_a_recipe_writes_a_model_folder_and_resumes_its_later_stages(tmp_path):
     from transformers import AutoModelForSeq2SeqLM
 
     first = replace(MICRO, stages=MICRO.stages[:1])
-    info = reader.pretrain(first, tmp_path / "a", log=lambda *_: None)
+    info = pretrain.pretrain(first, tmp_path / "a", log=lambda *_: None)
     assert [s["kind"] for s in info["stages"]] == ["copy"]
     assert json.loads((tmp_path / "a" / "recipe.json").read_text())["fingerprint"] == first.fingerprint()
-    info = reader.pretrain(MICRO, tmp_path / "b", log=lambda *_: None, resume=tmp_path / "a")
+    info = pretrain.pretrain(MICRO, tmp_path / "b", log=lambda *_: None, resume=tmp_path / "a")
     assert [s["kind"] for s in info["stages"]] == ["copy", "ledger"], "the finished stage is not run again"
     model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "b")
     assert model.config.d_model == 32 and not list(tmp_path.glob(".*.tmp"))
     other = replace(MICRO, seed=MICRO.seed + 1)
     with pytest.raises(SystemExit, match="not written by the first stages"):
-        reader.pretrain(other, tmp_path / "c", log=lambda *_: None, resume=tmp_path / "a")
+        pretrain.pretrain(other, tmp_path / "c", log=lambda *_: None, resume=tmp_path / "a")
 
 
 @pytest.mark.parametrize("arch", sorted(reader.RECIPES))
@@ -38,7 +39,7 @@ def test_shipped_weights_come_from_the_recipe_in_the_code(arch):
     recipe = reader.RECIPES[arch]
     folder = reader.asset_dir(recipe.name)
     if not folder.exists():
-        pytest.skip(f"{recipe.name} is not shipped (rebuild: python -m scaleformer.reader {arch})")
+        pytest.skip(f"{recipe.name} is not shipped (rebuild: python -m scaleformer.model.readers {arch})")
     info = json.loads((folder / "recipe.json").read_text())
     assert info["fingerprint"] == recipe.fingerprint(), "rebuild the weights after changing the recipe"
     assert len(info["stages"]) == len(recipe.stages)
@@ -48,8 +49,8 @@ def test_shipped_weights_come_from_the_recipe_in_the_code(arch):
 def test_the_shipped_reader_loads_as_a_backbone_and_trains_with_dropout_semantics(name):
     from conftest import compose
 
-    from scaleformer.backbone import build_model, load_tokenizer, model_config
-    from scaleformer.config import to_config
+    from scaleformer.model.backbone import build_model, load_tokenizer, model_config
+    from scaleformer.runs.context import to_config
 
     rc = to_config(compose([f"backbone={name}"]))
     if not reader.asset_dir(name).exists():

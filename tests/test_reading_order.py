@@ -13,17 +13,19 @@ from __future__ import annotations
 import pytest
 from conftest import compose
 
-from scaleformer import gridrun, reader, tables
-from scaleformer.run import run
+from scaleformer.artifacts import grid
+from scaleformer.model import readers as reader
+from scaleformer.resources import experiments_dir
+from scaleformer.runs.run import run
 
 pytestmark = pytest.mark.slow
 
 
-SPEC = tables.load_spec(tables.ROOT / "experiments" / "table1.yaml")
+SPEC = grid.load_spec(experiments_dir() / "table1.yaml")
 
 
 def _cell(method: str):
-    return next(c for c in tables.expand_grid(SPEC, "tiny", method) if c.key == "booksum")
+    return next(c for c in grid.expand_grid(SPEC, "tiny", method) if c.key == "booksum")
 
 
 def _run(tmp_path, method: str) -> dict:
@@ -40,5 +42,5 @@ def test_sled_recalls_more_events_than_truncation(tmp_path):
     assert sled["fact_field_recall"] > trunc["fact_field_recall"] + 1, (sled, trunc)
     # A truncated model that states more events exactly than its window holds (the table's ceiling
     # row, computed from the same files) has seen past its window: the truncation is broken.
-    ceiling = gridrun.truncation_ceilings(SPEC, "tiny", [_cell("truncation")], tmp_path / "results")
+    ceiling = grid.truncation_ceilings(SPEC, "tiny", [_cell("truncation")], tmp_path / "results")
     assert trunc["fact_recall"] <= ceiling[("dev", "booksum")], (trunc, ceiling)

@@ -86,12 +86,12 @@ def test_readme_summarize_commands(tmp_path, tmp_path_factory):
     (tmp_path / "report.txt").write_text(text)
     (tmp_path / "book.txt").write_text(text * 3)
     (tmp_path / "docs.jsonl").write_text(json.dumps({"id": "a", "document": text}) + "\n")
-    lines = [line for line in _bash_lines() if "-m scaleformer.summarize" in line]
+    lines = [line for line in _bash_lines() if "-m scaleformer.export.summarizer" in line]
     assert len(lines) >= 2
     for line in lines:
         args = [str(model) if a in ("DIR", "results/runs/<run>/model") else
                 str(tmp_path / a) if a.endswith((".txt", ".jsonl")) else a for a in shlex.split(line)[3:]]
-        proc = subprocess.run([sys.executable, "-m", "scaleformer.summarize", *args], cwd=ROOT, env=_env(),
+        proc = subprocess.run([sys.executable, "-m", "scaleformer.export.summarizer", *args], cwd=ROOT, env=_env(),
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, (line, proc.stderr[-3000:])
 

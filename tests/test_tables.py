@@ -9,45 +9,45 @@ import subprocess
 import pytest
 from conftest import ROOT
 
-from scaleformer import gridrun, tables
+from scaleformer.artifacts import grid, gridrun, tables
 
-SPECS = {name: tables.load_spec(ROOT / "experiments" / f"{name}.yaml") for name in ("table1", "table2", "figure2")}
+SPECS = {name: grid.load_spec(ROOT / "experiments" / f"{name}.yaml") for name in ("table1", "table2", "figure2")}
 PAPER = ROOT.parent / "shared" / "papers" / "scaleformer.md"
 
 
 def test_grid_expansion_covers_every_cell():
-    cells = tables.expand_grid(SPECS["table1"], "tiny")
+    cells = grid.expand_grid(SPECS["table1"], "tiny")
     assert len(cells) == 3 * 6
     missing = {m for m in ("memorizing", "unlimiformer") if not (ROOT / "conf" / "method" / f"{m}.yaml").exists()}
     assert {c.method for c in cells if not c.available} == missing
     sled_gov = next(c for c in cells if c.method == "sled" and c.key == "govreport")
     assert sled_gov.overrides[-1] == "method=sled" and "backbone=tiny_bart_reader" in sled_gov.overrides
     assert "data=ledgers_medium" in sled_gov.overrides
-    smoke = next(c for c in tables.expand_grid(SPECS["table1"], "smoke") if c.method == "sled" and c.key == "govreport")
+    smoke = next(c for c in grid.expand_grid(SPECS["table1"], "smoke") if c.method == "sled" and c.key == "govreport")
     assert "backbone=tiny_bart" in smoke.overrides and "++data.synthetic_split_words={validation:400,test:400}" in smoke.overrides
-    fig = tables.expand_grid(SPECS["figure2"], "tiny")
+    fig = grid.expand_grid(SPECS["figure2"], "tiny")
     assert len(fig) == 11 + 7 + 5
     assert any("method.alpha=0.3" in c.overrides for c in fig)
 
 
 def test_cells_get_distinct_run_ids():
-    cells = [c for c in tables.expand_grid(SPECS["table2"], "smoke") if c.available]
-    tables.resolve_run_ids(cells)
+    cells = [c for c in grid.expand_grid(SPECS["table2"], "smoke") if c.available]
+    grid.resolve_run_ids(cells)
     assert len({c.run_id for c in cells}) == len(cells)
     assert all(f"-{c.method}-" in c.run_id for c in cells), "runs are named by the method option"
 
 
 def test_methods_all_adds_every_other_method_option():
     spec = SPECS["table2"]
-    rows = tables.select_methods(spec, "all")
-    assert rows[:4] == spec["methods"] and set(rows) == set(spec["methods"]) | set(tables.method_options())
+    rows = grid.select_methods(spec, "all")
+    assert rows[:4] == spec["methods"] and set(rows) == set(spec["methods"]) | set(grid.method_options())
     with pytest.raises(ValueError, match="no_such"):
-        tables.select_methods(spec, "sled,no_such")
+        grid.select_methods(spec, "sled,no_such")
 
 
 def test_unknown_profile_is_a_clear_error():
     with pytest.raises(ValueError, match="PROFILE='gpu'"):
-        tables.expand_grid(SPECS["table2"], "gpu")
+        grid.expand_grid(SPECS["table2"], "gpu")
 
 
 def _fake_result(run_id: str, value: float) -> dict:
@@ -58,8 +58,8 @@ def _fake_result(run_id: str, value: float) -> dict:
 
 def test_render_table_from_hand_made_results(tmp_path):
     spec = SPECS["table2"]
-    cells = [c for c in tables.expand_grid(spec, "smoke") if c.available]
-    tables.resolve_run_ids(cells, tmp_path)
+    cells = [c for c in grid.expand_grid(spec, "smoke") if c.available]
+    grid.resolve_run_ids(cells, tmp_path)
     for i, c in enumerate(cells):
         d = c.result_dir
         d.mkdir(parents=True)
@@ -86,8 +86,8 @@ def test_render_table_from_hand_made_results(tmp_path):
 
 def test_figure_written_and_not_empty(tmp_path):
     spec = SPECS["figure2"]
-    cells = tables.expand_grid(spec, "tiny")
-    tables.resolve_run_ids(cells, tmp_path)
+    cells = grid.expand_grid(spec, "tiny")
+    grid.resolve_run_ids(cells, tmp_path)
     for c in cells[:5]:
         c.result_dir.mkdir(parents=True)
         (c.result_dir / "metrics.json").write_text(json.dumps(_fake_result(c.run_id, 10.0 + float(c.value))))
@@ -102,8 +102,8 @@ def test_launch_skips_finished_cells_and_force_reruns(tmp_path, monkeypatch):
     spec = SPECS["table2"]
     calls = []
     monkeypatch.setattr(gridrun.subprocess, "run", lambda cmd, **kw: calls.append(cmd))
-    cells = [c for c in tables.expand_grid(spec, "paper") if c.available]
-    tables.resolve_run_ids(cells, tmp_path)
+    cells = [c for c in grid.expand_grid(spec, "paper") if c.available]
+    grid.resolve_run_ids(cells, tmp_path)
     for c in cells[:-1]:  # all but one cell finished
         c.result_dir.mkdir(parents=True)
         (c.result_dir / "metrics.json").write_text("{}")
@@ -174,23 +174,23 @@ def test_every_artifact_has_paper_smoke_and_tiny_profiles():
         assert {"paper", "smoke", "tiny"} <= set(spec["profiles"]), name
         for profile in ("smoke", "tiny"):
             assert spec["profiles"][profile].get("runner") == "local", (name, profile)
-            cells = tables.expand_grid(spec, profile)
-            tables.resolve_run_ids(cells)  # every cell composes and validates
+            cells = grid.expand_grid(spec, profile)
+            grid.resolve_run_ids(cells)  # every cell composes and validates
             assert all(c.run_id for c in cells if c.available)
 
 
 def test_tiny_columns_are_named_for_what_they_are():
     spec = SPECS["table1"]
-    labels = [tables.column_label(spec, "tiny", d) for d in spec["datasets"]]
+    labels = [grid.column_label(spec, "tiny", d) for d in spec["datasets"]]
     assert all(label.startswith("synthetic ") for label in labels) and len(set(labels)) == 3
-    assert tables.profile_metrics(spec, "tiny")[-2:] == ["fact_recall", "fact_field_recall"]
-    assert "fact_recall" not in tables.profile_metrics(spec, "paper")
+    assert grid.profile_metrics(spec, "tiny")[-2:] == ["fact_recall", "fact_field_recall"]
+    assert "fact_recall" not in grid.profile_metrics(spec, "paper")
 
 
 def test_shared_training_reuses_one_checkpoint_per_method(tmp_path):
     spec = SPECS["table1"]
-    cells = [c for c in tables.expand_grid(spec, "tiny") if c.available]
-    tables.resolve_run_ids(cells, tmp_path)
+    cells = [c for c in grid.expand_grid(spec, "tiny") if c.available]
+    grid.resolve_run_ids(cells, tmp_path)
     shared = spec["profiles"]["tiny"]["share_training"]
     for c in cells:
         if c.key == shared:
@@ -202,14 +202,14 @@ def test_shared_training_reuses_one_checkpoint_per_method(tmp_path):
             assert f"trainer.ckpt_path={c.train_from.run_dir / 'checkpoints' / 'last.ckpt'}" in ov
             assert c.run_id != c.train_from.run_id, "each column keeps its own run folder and evaluation"
     with pytest.raises(ValueError, match="share_training='nope'"):
-        tables.expand_grid({**spec, "profiles": {"x": {**spec["profiles"]["tiny"], "share_training": "nope"}},
+        grid.expand_grid({**spec, "profiles": {"x": {**spec["profiles"]["tiny"], "share_training": "nope"}},
                             "backbone": {"x": "tiny_bart"}}, "x")
 
 
 def test_smoke_profile_runs_the_grid_and_renders_it(tmp_path):
     """Grid -> runs -> rendered files, in seconds: one method on the three smoke columns (one training,
     two evaluations of its weights), then the table with fact recall and the truncation ceiling."""
-    from scaleformer.gridrun import run_grid
+    from scaleformer.artifacts.gridrun import run_grid
 
     spec = SPECS["table1"]
     log = tmp_path / "progress.txt"
@@ -223,7 +223,7 @@ def test_smoke_profile_runs_the_grid_and_renders_it(tmp_path):
     assert "Problems" not in md and "synthetic 1.4k Facts" in md and tables.CEILING_LABEL in md
     rows = list(__import__("csv").DictReader(paths["csv"].open()))
     ours = [r for r in rows if r["method"] == "truncation" and r["status"] == "ok"]
-    assert len(ours) == 2 * 3 * len(tables.profile_metrics(spec, "smoke"))
+    assert len(ours) == 2 * 3 * len(grid.profile_metrics(spec, "smoke"))
     facts = [r for r in ours if r["metric"] == "fact_recall"]
     assert facts and all(r["ours"] != "" for r in facts), "fact recall is scored on the synthetic columns"
     ceil = {(r["split"], r["dataset"]): float(r["ours"]) for r in rows if r["method"] == tables.CEILING}
@@ -238,13 +238,13 @@ def test_smoke_profile_runs_the_grid_and_renders_it(tmp_path):
 
 def test_a_profile_gives_one_method_its_own_settings_before_its_group_choice():
     spec = SPECS["table1"]
-    cells = [c for c in tables.expand_grid(spec, "tiny") if c.method == "unlimiformer"]
+    cells = [c for c in grid.expand_grid(spec, "tiny") if c.method == "unlimiformer"]
     assert all(c.overrides[-2:] == ["method.training_mode=alternating", "method=unlimiformer"] for c in cells)
-    tables.resolve_run_ids(cells)
+    grid.resolve_run_ids(cells)
     from scaleformer.config import compose_config
 
     assert compose_config(cells[0].overrides).method.training_mode == "alternating"
-    others = [c for c in tables.expand_grid(spec, "tiny") if c.method == "sled"]
+    others = [c for c in grid.expand_grid(spec, "tiny") if c.method == "sled"]
     assert not any("training_mode" in o for c in others for o in c.overrides)
 
 

@@ -6,9 +6,9 @@ import pytest
 from tokenizers import processors
 from transformers import PreTrainedTokenizerFast
 
-from scaleformer.tokenizer import (
+from scaleformer.data.synthetic import build_offline_bpe
+from scaleformer.model.tokenizer import (
     ASSET,
-    build_offline_bpe,
     load_offline_tokenizer,
     special_token_ids,
     tokenizer_fingerprint,

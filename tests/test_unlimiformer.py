@@ -13,9 +13,9 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, BartConfig, MarianConfig, MarianMTModel, T5Config
 from transformers.modeling_outputs import BaseModelOutput
 
-from scaleformer.config import ConfigError
+from scaleformer.errors import ConfigError
 from scaleformer.methods import BackboneSpec, build_method, method_config
-from scaleformer.retrieval import (
+from scaleformer.ops.retrieval import (
     FULL,
     RANDOM,
     RETRIEVE,
@@ -361,7 +361,7 @@ def test_defaults_are_the_reference_implementations():
     """src/run.py UnlimiformerArguments: all layers, overlap 0.5, chunk = window; k = the window."""
     from conftest import compose
 
-    from scaleformer.config import to_config
+    from scaleformer.runs.context import to_config
 
     cfg = to_config(compose(["method=unlimiformer"])).method
     assert (cfg.layers, cfg.k, cfg.chunk_size, cfg.overlap, cfg.keep_rule, cfg.training_mode) == \
@@ -405,7 +405,7 @@ def test_unsupported_backbones_are_config_errors():
 
 @pytest.mark.parametrize(("t", "k"), [(100, 7), (1000, 10), (1003, 10), (66560, 1024), (5000, 1)])
 def test_two_stage_top_k_selects_what_topk_selects(t, k):
-    from scaleformer.retrieval import topk_unsorted
+    from scaleformer.ops.retrieval import topk_unsorted
 
     g = torch.Generator().manual_seed(t)
     scores = torch.randn(2, 3, 4, t, generator=g)

@@ -1,6 +1,6 @@
 """One benchmark cell: every phase of one (method, N) — encode, generate per beam count, train step.
 
-Generation runs the framework's own path (:func:`scaleformer.decoding.generate`, beams sharing each
+Generation runs the framework's own path (:func:`scaleformer.ops.decoding.generate`, beams sharing each
 document's cross-attention keys/values where the decoder allows it), and the cross-attention bytes
 are read from the cache it returns, so what is reported is what the decoder held.
 
@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 
-from scaleformer import compat, decoding
 from scaleformer.bench.measure import MemoryProbe, is_oom, measure
 from scaleformer.bench.probes import (
     content_ids,
@@ -31,6 +30,7 @@ from scaleformer.bench.probes import (
 from scaleformer.bench.profile import Profile
 from scaleformer.bench.shapes import Shape
 from scaleformer.methods import Method
+from scaleformer.ops import compat, decoding
 
 
 @dataclass
@@ -84,7 +84,7 @@ def run_encode(ctx: Context, method: Method, model: Any, ids: torch.Tensor, mask
 def run_generate(ctx: Context, model: Any, enc: Any, beams: int, warmup: bool) -> dict[str, Any]:
     """Decoding time for exactly ``new_tokens`` tokens from already-encoded states (the encoder runs
     once per document; end-to-end = this + encoder time), through the framework's generation path
-    (:func:`scaleformer.decoding.generate`: beam-shared cross-attention where the decoder allows it).
+    (:func:`scaleformer.ops.decoding.generate`: beam-shared cross-attention where the decoder allows it).
 
     ``cross_attention_bytes`` is measured, not computed: the bytes of the cross-attention keys/values
     held by the cache generation returns (distinct storages), so per-beam copies show as such.

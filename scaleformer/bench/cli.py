@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scaleformer.bench.profile import ROOT, load_profile, profile_names
+from scaleformer.bench.profile import load_profile, profile_names
 from scaleformer.bench.runner import problems, run_profile
-from scaleformer.config import ConfigError
+from scaleformer.errors import ConfigError
 
 
 def _csv(text: str) -> list[str]:
@@ -35,14 +35,14 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Speed, memory and scaling of every long-context method.",
+    ap = argparse.ArgumentParser(prog="scaleformer bench", description="Speed, memory and scaling of every long-context method.",
                                  epilog=f"profiles (conf/bench): {', '.join(profile_names())}")
     ap.add_argument("--profile", default="cpu-tiny", help="a conf/bench profile name or a yaml path")
     ap.add_argument("--methods", type=_csv, help="comma-separated rows replacing the profile's (names, 'all', "
                     "full_baseline, led)")
     ap.add_argument("--sizes", type=parse_sizes, help="comma-separated N (1k = 1024, 1M = 1048576)")
     ap.add_argument("--backbones", type=_csv, help="comma-separated backbones (e.g. bart_base)")
-    ap.add_argument("--out", default=str(ROOT / "results" / "bench"), help="output folder")
+    ap.add_argument("--out", default=str(Path("results") / "bench"), help="output folder")
     ap.add_argument("--resume", action="store_true",
                     help="keep cells already measured in <out>/<profile>.json (run a long grid in pieces)")
     ap.add_argument("--threads", type=int, help="torch threads (default: the profile's)")

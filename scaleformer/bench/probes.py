@@ -61,7 +61,7 @@ def encoder_flops(config: Any, calls: Sequence[tuple[int, int]], kept: Sequence[
     (QK^T and AV over each row's full width, pads included as computed); embeddings excluded.
 
     ``kept`` ``(rows, width, G)``: row groups whose last layer ran at G positions only
-    (:mod:`scaleformer.kept_layer`: keys/values over the width, the rest over G); their saving is
+    (:mod:`scaleformer.ops.kept_layer`: keys/values over the width, the rest over G); their saving is
     taken off the calls' dense count.
     """
     d = config.d_model
@@ -90,7 +90,7 @@ class EncoderCalls:
 def record_encoder_calls(encoder: torch.nn.Module) -> Iterator[EncoderCalls]:
     """Collect the shapes of every encoder forward call made inside the block (and of its last layer
     where it ran at kept positions only)."""
-    from scaleformer import kept_layer
+    from scaleformer.ops import kept_layer
 
     calls = EncoderCalls()
 

@@ -17,10 +17,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from scaleformer.config import ConfigError, check
+from scaleformer.errors import ConfigError, check
+from scaleformer.resources import conf_dir, group_options
 
-ROOT = Path(__file__).resolve().parents[2]
-PROFILE_DIR = ROOT / "conf" / "bench"
+PROFILE_DIR = conf_dir() / "bench"
 ALL = "all"  # in `methods`: every method option of conf/method (and registered methods without one)
 
 # Scalars a target can be stated on (scaleformer.bench.summary.metric computes them per cell).
@@ -141,7 +141,7 @@ class Profile:
     memory_fit_from: int = 16384  # memory exponents: N >= this only (smaller N is allocator noise)
     comparisons: list[Comparison] = field(default_factory=list)
     targets: list[Target] = field(default_factory=list)
-    conf_root: str = str(ROOT / "conf")  # Hydra config root whose `method` group lists the methods
+    conf_root: str = str(conf_dir())  # Hydra config root whose `method` group lists the methods
 
     def __post_init__(self) -> None:
         check(bool(self.backbones), "backbones", self.backbones, "needs at least one backbone")
@@ -228,7 +228,7 @@ def load_profile(name_or_path: str | Path, **changes: Any) -> Profile:
         raise ConfigError(f"{path}: {key}: {msg}" if key else f"{path}: {msg}") from None
     from scaleformer.bench.shapes import ASSET_SHAPES
 
-    known = sorted({*ASSET_SHAPES, *(p.stem for p in (ROOT / "conf" / "backbone").glob("*.yaml"))})
+    known = sorted({*ASSET_SHAPES, *group_options("backbone")})
     for i, b in enumerate(profile.backbones):
         check(b in known, f"{path}: backbones[{i}]", b, f"must be one of {', '.join(known)}")
     return profile

@@ -73,7 +73,7 @@ def _header(doc: dict[str, Any]) -> list[str]:
         f"(up to {s['max_repeats']} while under {s['min_time_s']} s); each size's encode and training step "
         "first run once untimed (warm-up; memory, FLOPs and input coverage are read there); generation warms "
         "up once per method. `gen` = decoding from the encoded states (end to end = enc + gen), through "
-        "`scaleformer.decoding.generate`: BART/T5 decoders compute cross-attention keys/values once per "
+        "`scaleformer.ops.decoding.generate`: BART/T5 decoders compute cross-attention keys/values once per "
         "document and its beams share them (other decoders, e.g. LED's: the stock per-beam cache)",
         "- `x-attn MiB`: cross-attention keys/values held by the generation cache, measured (distinct "
         "storages) per beam count",

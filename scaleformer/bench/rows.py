@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from scaleformer.bench.profile import ALL, Profile
 from scaleformer.bench.shapes import Shape, random_model
-from scaleformer.config import ConfigError
+from scaleformer.errors import ConfigError
 from scaleformer.methods import (
     REGISTRY,
     BackboneSpec,

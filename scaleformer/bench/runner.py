@@ -26,7 +26,7 @@ import torch
 from scaleformer.bench.cell import Context, measure_cell
 from scaleformer.bench.measure import MemoryProbe
 from scaleformer.bench.probes import device_name, peak_tflops
-from scaleformer.bench.profile import ROOT, Profile
+from scaleformer.bench.profile import Profile
 from scaleformer.bench.rows import LED, Row, SkipMethod, build_row, expand_methods
 from scaleformer.bench.shapes import Shape, attention_impl, load_shape
 from scaleformer.io import atomic_write_json
@@ -207,7 +207,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         env["peak_bf16_tflops"] = peak_tflops(env["device_name"])
     with contextlib.suppress(Exception):
         def git(*args: str) -> str:
-            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=5).stdout
+            return subprocess.run(["git", *args], capture_output=True, text=True, timeout=5).stdout
 
         env["git_commit"] = git("rev-parse", "HEAD").strip() or None
         env["git_dirty"] = bool(git("status", "--porcelain", "--untracked-files=no").strip())

@@ -16,11 +16,9 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from scaleformer.config import ConfigError
+from scaleformer.errors import ConfigError
 from scaleformer.methods import BackboneSpec
-
-ROOT = Path(__file__).resolve().parents[2]
-ASSETS = ROOT / "scaleformer" / "assets"
+from scaleformer.resources import assets_dir, conf_dir
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,11 +69,11 @@ def load_shape(name: str) -> Shape:
     """bart_base / t5_base from the config files in scaleformer/assets; others from conf/backbone."""
     if name in ASSET_SHAPES:
         arch, file, spec = ASSET_SHAPES[name]
-        return Shape(name, arch, config_from_json(arch, ASSETS / file), spec)
-    from scaleformer.backbone import backbone_spec, load_tokenizer, model_config
+        return Shape(name, arch, config_from_json(arch, assets_dir() / file), spec)
     from scaleformer.config import BackboneConfig
+    from scaleformer.model.backbone import backbone_spec, load_tokenizer, model_config
 
-    path = ROOT / "conf" / "backbone" / f"{name}.yaml"
+    path = conf_dir() / "backbone" / f"{name}.yaml"
     if not path.exists():
         raise ConfigError(f"backbone {name!r}: no {path} and not one of {sorted(ASSET_SHAPES)}")
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(BackboneConfig), OmegaConf.load(path)))

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from scaleformer.config import DataConfig
+from scaleformer.io import atomic_dir
 
 CACHE_VERSION = 1
 
@@ -75,19 +73,10 @@ def write(path: Path, arrays: dict[str, np.ndarray], ids: list[str], references:
           summary: dict[str, Any]) -> None:
     """Write one entry into a temp folder beside `path`, then rename it into place."""
     meta = {"ids": ids, "references": references, "summary": summary}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-    try:
+    with atomic_dir(path, replace=False) as tmp:  # another process (a DDP rank) may finish it first
         for name, arr in arrays.items():
             np.save(tmp / f"{name}.npy", arr)
         (tmp / "meta.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
-        try:
-            os.replace(tmp, path)
-        except OSError:  # another process (DDP rank) finished the same entry first
-            if not is_cached(path):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def load(path: Path) -> tuple[TokenizedSplit, dict[str, Any]]:

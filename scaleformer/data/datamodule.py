@@ -22,7 +22,7 @@ from scaleformer.data.errors import DataError
 from scaleformer.data.examples import Example, build_examples, to_rows
 from scaleformer.data.sampler import ResumableSampler
 from scaleformer.data.sources import ROLES, configured_roles, make_source, split_name
-from scaleformer.tokenizer import special_token_ids, tokenizer_fingerprint
+from scaleformer.model.tokenizer import special_token_ids, tokenizer_fingerprint
 
 log = logging.getLogger(__name__)
 

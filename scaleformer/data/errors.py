@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scaleformer.config import DataConfig
-from scaleformer.hub import HubUnreachableError
+from scaleformer.model.hub import HubUnreachableError
 
 
 class DataError(ValueError):

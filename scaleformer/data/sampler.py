@@ -3,7 +3,7 @@
 A run restarted from a mid-epoch checkpoint must see exactly the batches the uninterrupted run would
 have seen next (else its predictions differ). So an epoch's order is a pure function of (seed, epoch)
 - independent of how many iterators were created before - and the sampler can be told to skip the
-batches of that epoch already trained on (:class:`scaleformer.callbacks.ExactResume` records and
+batches of that epoch already trained on (:class:`scaleformer.runs.callbacks.ExactResume` records and
 restores that count with the checkpoint).
 
 The order is the one ``DataLoader(shuffle=True, generator=torch.Generator().manual_seed(seed))``

@@ -24,8 +24,8 @@ from scaleformer.data import synthetic
 from scaleformer.data.errors import DataError, HubUnavailableError, check_fields, required_fields
 from scaleformer.data.examples import RawSplit
 from scaleformer.data.files import EXTENSIONS, file_records, header_fields
-from scaleformer.hub import offline_mode as hub_offline
-from scaleformer.hub import unreachable_reason
+from scaleformer.model.hub import offline_mode as hub_offline
+from scaleformer.model.hub import unreachable_reason
 
 log = logging.getLogger(__name__)
 

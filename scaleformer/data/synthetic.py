@@ -219,3 +219,44 @@ def tokenizer_corpus(n_docs: int = 48, n_words: int = 3000) -> Iterator[str]:
 
 def _int_seed(seed: int, name: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "big")
+
+
+# ------------------------------------------------------------------------------ the offline tokenizer
+def build_offline_bpe(vocab_size: int | None = None) -> Any:
+    """Train the offline byte-level BPE on this generator's fixed corpus (deterministic; no post-processor).
+
+    The result ships as ``assets/offline_bpe.json`` (:func:`scaleformer.model.tokenizer.load_offline_tokenizer`).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from scaleformer.model.tokenizer import SPECIAL_TOKENS, VOCAB_SIZE
+
+    vocab_size = vocab_size or VOCAB_SIZE
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    # No prefix space: like GPT-2/BART, so decoding does not grow a leading space.
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(tokenizer_corpus(), trainer=trainer)
+    return tok
+
+
+def write_offline_asset(path: Path | None = None) -> Path:
+    """Rebuild the shipped tokenizer json: ``python -m scaleformer.data.synthetic`` (after changing the
+    generator's vocabulary)."""
+    from scaleformer.model.tokenizer import ASSET
+
+    path = path or ASSET
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(build_offline_bpe().to_str(pretty=True) + "\n", encoding="utf-8")
+    return path
+
+
+if __name__ == "__main__":
+    print(write_offline_asset())

@@ -19,7 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scaleformer.config import ConfigError
+from scaleformer.errors import ConfigError
 from scaleformer.methods.base import REGISTRY, BackboneSpec, Encoded, Method, MethodConfig
 
 for _mod in pkgutil.iter_modules(__path__):

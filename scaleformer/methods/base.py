@@ -61,7 +61,7 @@ class Method(ABC):
             REGISTRY[cls.name] = cls
 
     def __init__(self, cfg: MethodConfig, spec: BackboneSpec) -> None:
-        from scaleformer import compat
+        from scaleformer.ops import compat
 
         self.cfg = cfg
         self.spec = spec

@@ -8,7 +8,7 @@ fusion of its boundaries) and may compute them more cheaply than a full encoder 
 (:meth:`ChunkedMethod.pick_fn`, e.g. ScaleFormer's last layer at kept positions only).
 
 Copies: the packed decoder input's layout is planned from the lengths before encoding
-(:mod:`scaleformer.packing`) and each micro-batch's kept states are written straight into it (one
+(:mod:`scaleformer.ops.packing`) and each micro-batch's kept states are written straight into it (one
 copy, differentiable). The transformed columns are kept aside (small: ScaleFormer's 2k per chunk)
 and written into their slots after :meth:`ChunkedMethod.combine`. ``method.checkpoint_chunks`` recomputes each encoder micro-batch in
 backward, so a training step holds the kept states plus one micro-batch's activations.
@@ -30,7 +30,9 @@ from typing import ClassVar
 import torch
 from omegaconf import MISSING
 
-from scaleformer.chunking import (
+from scaleformer.errors import check
+from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig
+from scaleformer.ops.chunking import (
     ChunkLayout,
     PickFn,
     auto_encoder_batch_size,
@@ -39,9 +41,7 @@ from scaleformer.chunking import (
     layout_chunks,
     prefix_rows,
 )
-from scaleformer.config import check
-from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig
-from scaleformer.packing import PackedSink, pack_plan, write_rows
+from scaleformer.ops.packing import PackedSink, pack_plan, write_rows
 
 
 @dataclass

@@ -11,7 +11,7 @@
   ``chunked_encode_input`` / ``reset_memory`` keep ``[update_start, update_end)`` of each window).
 
 The decoder gets ``[local window | datastore]`` along the encoder axis and one mask over both; the
-method's :class:`~scaleformer.retrieval.RetrievalState` records where the datastore starts, and the
+method's :class:`~scaleformer.ops.retrieval.RetrievalState` records where the datastore starts, and the
 patched cross-attention layers slice accordingly (beam search expands both parts with the batch).
 """
 
@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 
-from scaleformer.chunking import ChunkLayout
 from scaleformer.methods.base import BackboneSpec, Encoded
 from scaleformer.methods.sled import Sled, SledConfig
 from scaleformer.methods.truncation import Truncation, TruncationConfig
-from scaleformer.retrieval import RetrievalState
+from scaleformer.ops.chunking import ChunkLayout
+from scaleformer.ops.retrieval import RetrievalState
 
 
 class DatastoreMethod(Sled):

@@ -5,7 +5,7 @@
 - ``block_attention``: block attention in every layer; ``sliding_window``: a window of ``window``
   tokens each side in every layer; ``full_attention``: full attention everywhere (the upper bound).
 
-The decoder cross-attends to every encoder state, unchanged. Kernels: :mod:`scaleformer.attention`.
+The decoder cross-attends to every encoder state, unchanged. Kernels: :mod:`scaleformer.ops.spans`.
 BART's learned positions are tiled up to ``max_length`` in :meth:`SpanMethod.wrap` (the paper
 duplicates the pretrained ones); T5's relative positions need nothing. Inputs longer than
 ``max_length`` are cut there and re-closed with the suffix specials (a warning, and a count in the
@@ -26,7 +26,10 @@ from typing import Any, ClassVar
 import torch
 from omegaconf import MISSING
 
-from scaleformer.attention import (
+from scaleformer.errors import ConfigError, check
+from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig
+from scaleformer.methods.truncation import prepend_prefix
+from scaleformer.ops.spans import (
     Span,
     encoder_family,
     encoder_layers,
@@ -34,9 +37,6 @@ from scaleformer.attention import (
     route_window_attention,
     run_encoder,
 )
-from scaleformer.config import ConfigError, check
-from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig
-from scaleformer.methods.truncation import prepend_prefix
 
 log = logging.getLogger(__name__)
 

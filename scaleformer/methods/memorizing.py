@@ -45,11 +45,11 @@ from dataclasses import dataclass
 
 import torch
 
-from scaleformer.config import check
+from scaleformer.errors import check
 from scaleformer.methods.base import Encoded
 from scaleformer.methods.datastore import DatastoreMethod
 from scaleformer.methods.sled import SledConfig
-from scaleformer.retrieval import RETRIEVE, cross_attentions, patch_cross_attention, resolve_layer
+from scaleformer.ops.retrieval import RETRIEVE, cross_attentions, patch_cross_attention, resolve_layer
 
 
 @dataclass

@@ -17,7 +17,7 @@ not say how evaluation samples). ``uniform`` (ours) spaces them evenly.
 
 Cost (ours, no effect on the numbers beyond float rounding): with ``kept_only_last_layer`` (default)
 the encoder's last layer computes queries, attention output, FFN and final norm only at the kept
-positions, keys and values still from the whole chunk (:mod:`scaleformer.kept_layer`); in training
+positions, keys and values still from the whole chunk (:mod:`scaleformer.ops.kept_layer`); in training
 with dropout the full layer runs (see there why).
 """
 
@@ -28,11 +28,11 @@ from typing import ClassVar
 
 import torch
 
-from scaleformer.chunking import ChunkLayout, PickFn
-from scaleformer.config import check
-from scaleformer.fusion import span_cumulation
-from scaleformer.kept_layer import encode_at
+from scaleformer.errors import check
 from scaleformer.methods.chunked import ChunkedConfig, ChunkedMethod
+from scaleformer.ops.chunking import ChunkLayout, PickFn
+from scaleformer.ops.fusion import span_cumulation
+from scaleformer.ops.kept_layer import encode_at
 
 _MASK32 = 0xFFFFFFFF
 

@@ -4,7 +4,7 @@ Which chunk passes a token on follows SLED's own code by default (``method.keep_
 ``SledPretrainedModel._window_indices`` in Mivg/SLED ``sled/modeling_sled.py``): the first chunk keeps
 its start, every middle chunk its centre (``overlap / 2`` dropped at each side), the last chunk
 everything from the previous chunk's kept end to the document end. ``method.keep_rule=centre`` splits
-every overlap, the last one included, at its midpoint. See :func:`scaleformer.chunking.keep_spans`.
+every overlap, the last one included, at its midpoint. See :func:`scaleformer.ops.chunking.keep_spans`.
 
 Chunks are raw slices of the one tokenized document by default (SLED slices ``input_ids`` as they
 are), so the decoder sees the document's own ``<s>``/``</s>`` once. A query prefix is prepended to
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from scaleformer.chunking import KEEP_RULES, ChunkLayout, keep_spans
-from scaleformer.config import check
+from scaleformer.errors import check
 from scaleformer.methods.chunked import ChunkedConfig, ChunkedMethod
+from scaleformer.ops.chunking import KEEP_RULES, ChunkLayout, keep_spans
 
 
 @dataclass

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from scaleformer.config import check
+from scaleformer.errors import check
 from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig
 
 

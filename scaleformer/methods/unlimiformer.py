@@ -38,7 +38,7 @@ Training modes (``method.training_mode``; the reference's flags in brackets):
 Bad input: k < 1 is a config error; k larger than the number of datastore states is clamped at run
 time (the number varies per batch), which is full cross-attention over the datastore; a layer range
 outside the decoder is a config error raised when the model is wrapped (the decoder's depth is read
-there). See :mod:`scaleformer.retrieval` for the hook and :mod:`scaleformer.methods.datastore` for
+there). See :mod:`scaleformer.ops.retrieval` for the hook and :mod:`scaleformer.methods.datastore` for
 the two encodings.
 """
 
@@ -48,11 +48,11 @@ from dataclasses import dataclass
 
 import torch
 
-from scaleformer.config import check
+from scaleformer.errors import check
 from scaleformer.methods.base import BackboneSpec, Encoded
 from scaleformer.methods.datastore import DatastoreMethod
 from scaleformer.methods.sled import SledConfig
-from scaleformer.retrieval import (
+from scaleformer.ops.retrieval import (
     FULL,
     RANDOM,
     RETRIEVE,

@@ -10,7 +10,7 @@ What lives where:
 - ``facts``: fact recall on the bundled synthetic ledgers (events the summary states correctly), and
   the most of it a reader of the first window alone can reach; absent on any other data.
 - ``bertscore``: which model BERTScore uses (local folder, HF cache, hub, or the bundled offline
-  MiniLM; the hub and cache questions go to ``scaleformer.hub``), the scorer, the scores and the
+  MiniLM; the hub and cache questions go to ``scaleformer.model.hub``), the scorer, the scores and the
   bert-score hash recorded with them.
 """
 

@@ -3,7 +3,7 @@
 The paper's setting is ``facebook/bart-large-mnli``, layer 11, F1, no rescaling. Because the hub is
 often unreachable, the model is resolved before anything loads (local folder, HF cache, hub, or the
 bundled offline MiniLM) and the resolution is recorded with the scores, so a stand-in number is
-never mistaken for the paper's. Reachability and the HF cache are asked of ``scaleformer.hub``.
+never mistaken for the paper's. Reachability and the HF cache are asked of ``scaleformer.model.hub``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from scaleformer import hub
 from scaleformer.config import BertScoreConfig
 from scaleformer.metrics.notices import notice_once
+from scaleformer.model import hub
 
 log = logging.getLogger(__name__)
 

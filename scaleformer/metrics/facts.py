@@ -165,7 +165,7 @@ def window_ceiling(documents: Sequence[str], tokenizer: Any, window: int) -> dic
     document's events lying wholly inside the window truncation keeps (its closing specials
     included), averaged over documents as :func:`compute_facts` averages recall.
     """
-    from scaleformer.tokenizer import special_token_ids
+    from scaleformer.model.tokenizer import special_token_ids
 
     _, suffix = special_token_ids(tokenizer)
     if window <= len(suffix):

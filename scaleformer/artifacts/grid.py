@@ -1,0 +1,176 @@
+"""An artifact's grid: its spec (``experiments/*.yaml``), the cells it expands to, and where each
+cell's results are.
+
+A cell is one run (a method on a dataset column, or one point of a sweep) with the Hydra overrides
+that produce it; :func:`resolve_run_ids` composes each cell's config to find its run folder and the
+evaluation folder its ``metrics.json`` will be in. The truncation ceiling of fact recall is computed
+here from the very data files the cells read. Running cells: :mod:`scaleformer.artifacts.gridrun`;
+rendering them: :mod:`scaleformer.artifacts.tables`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scaleformer.config import compose_config
+from scaleformer.resources import conf_dir, group_options
+from scaleformer.runs.context import RunContext, to_config
+
+
+@dataclass
+class Cell:
+    """One run of a grid: a method on a dataset column (both splits come from the same run)."""
+
+    key: str  # dataset column, or sweep name
+    method: str
+    overrides: list[str]
+    value: Any = None  # sweep value (figures)
+    available: bool = True
+    run_id: str | None = None
+    result_dir: Path | None = None  # where the run writes this cell's metrics.json
+    run_dir: Path | None = None
+    train_from: Cell | None = None  # shared training: the cell whose weights this one evaluates
+
+    @property
+    def checkpoint(self) -> Path | None:
+        """The checkpoint a shared-training cell starts from (its source's newest)."""
+        src = self.train_from
+        return None if src is None or src.run_dir is None else src.run_dir / "checkpoints" / "last.ckpt"
+
+    def run_overrides(self) -> list[str]:
+        """The overrides that run this cell; a shared-training cell starts from its source's weights
+        (that override goes before the last one, which stays the value a multirun sweeps)."""
+        if self.train_from is None:
+            return list(self.overrides)
+        return [*self.overrides[:-1], f"trainer.ckpt_path={self.checkpoint}", self.overrides[-1]]
+
+
+def load_spec(path: str | Path) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def check_profile(spec: dict[str, Any], profile: str) -> dict[str, Any]:
+    if profile not in spec["profiles"]:
+        raise ValueError(f"PROFILE={profile!r}: {spec['artifact']} has profiles {sorted(spec['profiles'])}")
+    return spec["profiles"][profile]
+
+
+def backbone_option(spec: dict[str, Any], profile: str) -> str:
+    """The backbone option of a profile (the spec's ``backbone`` map: profile -> conf/backbone option)."""
+    check_profile(spec, profile)
+    if profile not in spec["backbone"]:
+        raise ValueError(f"{spec['artifact']}: no backbone for profile {profile!r} (backbone: {spec['backbone']})")
+    return spec["backbone"][profile]
+
+
+def profile_metrics(spec: dict[str, Any], profile: str) -> list[str]:
+    """The spec's metrics plus the profile's ``extra_metrics`` (e.g. fact recall on synthetic data)."""
+    base = spec["metrics"] if "metrics" in spec else [spec["metric"]]  # tables list several; figures one
+    return [*base, *check_profile(spec, profile).get("extra_metrics", [])]
+
+
+def column_label(spec: dict[str, Any], profile: str, key: str) -> str:
+    """A column's name: the profile's label for it (a synthetic stand-in names what it is), else the key."""
+    return check_profile(spec, profile).get("labels", {}).get(key, key)
+
+
+def method_available(option: str) -> bool:
+    """A grid's method is runnable when conf/method/<option>.yaml exists (it names a registered method)."""
+    return (conf_dir() / "method" / f"{option}.yaml").exists()
+
+
+def method_options() -> list[str]:
+    """Every method option the configs offer (each backed by a registered method)."""
+    return group_options("method")
+
+
+def select_methods(spec: dict[str, Any], methods: str | list[str] | None) -> list[str]:
+    """The grid's rows: the spec's (None), those plus every other method option ("all"), or a list."""
+    if methods is None:
+        return list(spec["methods"])
+    if methods == "all":
+        return [*spec["methods"], *(m for m in method_options() if m not in spec["methods"])]
+    chosen = methods.split(",") if isinstance(methods, str) else list(methods)
+    unknown = [m for m in chosen if not method_available(m)]
+    if unknown:
+        raise ValueError(f"METHODS={','.join(chosen)}: no conf/method/ option {', '.join(unknown)}; "
+                         f"available: {', '.join(method_options())}")
+    return chosen
+
+
+def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | None = None) -> list[Cell]:
+    """Every run the artifact needs, with the Hydra overrides that produce it.
+
+    With ``share_training: <column>`` the profile's columns differ only in their evaluation data:
+    each method trains once, on that column, and the other columns' cells evaluate those weights
+    (``train_from``; they resume from its checkpoint with nothing left to train).
+    """
+    prof = check_profile(spec, profile)
+    base = [f"backbone={backbone_option(spec, profile)}", f"tag={spec['artifact']}-{profile}", *prof["overrides"]]
+    cells = []
+    if "sweeps" in spec:
+        data = [f"data={prof['data']}", *prof.get("data_overrides", [])]
+        for name, sweep in spec["sweeps"].items():
+            for v in prof.get("values", {}).get(name, sweep["values"]):
+                cells.append(Cell(name, spec["method"], [*base, *data, f"method={spec['method']}",
+                                                         f"{sweep['key']}={v}"], value=v))
+        return cells
+    shared = prof.get("share_training")
+    if shared is not None and shared not in spec["datasets"]:
+        raise ValueError(f"profiles.{profile}.share_training={shared!r}: not one of the columns {spec['datasets']}")
+    for ds in spec["datasets"]:
+        data = [f"data={prof['data'][ds]}", *prof.get("data_overrides", {}).get(ds, [])]
+        for m in select_methods(spec, methods):
+            # A method's own settings go before its group choice, which stays last (multiruns sweep it);
+            # Hydra applies value overrides after the group choices whatever their order.
+            own = prof.get("method_overrides", {}).get(m, [])
+            cells.append(Cell(ds, m, [*base, *data, *own, f"method={m}"], available=method_available(m)))
+    if shared is not None:
+        source = {c.method: c for c in cells if c.key == shared}
+        for c in cells:
+            if c.key != shared:
+                c.train_from = source[c.method]
+    return cells
+
+
+def resolve_run_ids(cells: list[Cell], root: Path | None = None) -> None:
+    """Fill each available cell's run id and results folder from its composed config."""
+    for c in cells:
+        if c.available:
+            ctx = RunContext.create(to_config(compose_config([*c.overrides, *([f"paths.root={root}"] if root else [])])))
+            c.run_id, c.result_dir, c.run_dir = ctx.run_id, ctx.expected_eval_dir, ctx.run_dir
+
+
+def truncation_ceilings(spec: dict[str, Any], profile: str, cells: list[Cell],
+                        root: Path | None = None) -> dict[tuple[str, str], float]:
+    """(split label, column) -> the share (x100) of the evaluated ledgers' events inside the first
+    window truncation keeps, from the very files the runs read; synthetic columns only."""
+    from scaleformer.data.sources import SyntheticSource
+    from scaleformer.metrics.facts import window_ceiling
+    from scaleformer.model.backbone import load_tokenizer, max_positions, model_config
+
+    out: dict[tuple[str, str], float] = {}
+    for key in dict.fromkeys(c.key for c in cells):
+        cell = next(c for c in cells if c.key == key)
+        rc = to_config(compose_config([*cell.overrides, *([f"paths.root={root}"] if root else [])]))
+        if rc.data.source != "synthetic":
+            continue
+        tok = load_tokenizer(rc.backbone)
+        window = max_positions(rc.backbone, model_config(rc.backbone, tok))
+        source = SyntheticSource(rc.data)
+        for label, split in spec["splits"].items():
+            if split not in rc.trainer.eval_splits or not rc.data.synthetic_docs.get(split):
+                continue
+            docs: dict[str, str] = {}
+            for line in source.file(split).read_text(encoding="utf-8").splitlines():
+                row = json.loads(line)
+                docs.setdefault(row["id"], row["input"])
+            texts = list(docs.values())[: rc.data.max_eval_examples or None]
+            out[(label, key)] = window_ceiling(texts, tok, window)["fact_ceiling"]
+    return out

@@ -1,0 +1,73 @@
+"""Regenerate one of the paper's artifacts: launch the missing runs, then render from results files.
+
+    scaleformer reproduce table1 --profile tiny        # what `make table1 PROFILE=tiny` runs
+    scaleformer reproduce table1 --profile smoke       # seconds: grid -> runs -> rendered files
+    scaleformer reproduce figure2 --render-only        # re-render from existing results
+    scaleformer reproduce table1 --methods all         # the paper's rows plus every other method
+
+Profiles (experiments/*.yaml): ``paper`` launches Hydra multiruns (any launcher, e.g. SLURM);
+profiles with ``runner: local`` (``tiny``, ``smoke``) run here, one line per run and an estimate
+before starting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from scaleformer.artifacts.grid import load_spec
+from scaleformer.artifacts.gridrun import launch, run_grid
+from scaleformer.artifacts.tables import build_figure, build_table
+from scaleformer.resources import experiments_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="scaleformer reproduce", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("artifact", help="name of a file in experiments/ (table1, table2, figure2)")
+    ap.add_argument("--profile", default="paper",
+                    help="paper (GPU, real data), tiny (CPU demonstration, synthetic) or smoke (CI, seconds)")
+    ap.add_argument("--force", action="store_true", help="re-run cells that already have results")
+    ap.add_argument("--render-only", action="store_true", help="do not launch runs; render what exists")
+    ap.add_argument("--launcher", default=None,
+                    help="conf/hydra/launcher option (slurm, local) or any Hydra launcher plugin")
+    ap.add_argument("--launcher-arg", action="append", default=[], metavar="KEY=VALUE",
+                    help="passed to every multirun, e.g. hydra.launcher.partition=gpu (repeatable)")
+    ap.add_argument("--methods", default=None,
+                    help="rows: the spec's (default), 'all' (plus every other conf/method option) or a,b,c")
+    ap.add_argument("--root", default=None,
+                    help="paths.root of the runs; default: results (paper), results/<profile> (others)")
+    ap.add_argument("--out-dir", default=None, help="default: the root")
+    args = ap.parse_args(argv)
+
+    path = experiments_dir() / f"{args.artifact}.yaml"
+    if not path.exists():
+        names = sorted(p.stem for p in experiments_dir().glob("*.yaml"))
+        ap.error(f"artifact {args.artifact!r}: no {path}; available: {', '.join(names)}")
+    spec = load_spec(path)
+    if args.profile not in spec["profiles"]:
+        ap.error(f"--profile {args.profile!r}: {args.artifact} has profiles {sorted(spec['profiles'])}")
+    # Only the paper profile's artifacts belong in results/ itself; smoke profiles stay apart.
+    base = Path("results") if args.profile == "paper" else Path("results") / args.profile
+    problems: list[str] = []
+    root = Path(args.root) if args.root else base
+    out_dir = Path(args.out_dir) if args.out_dir else root
+    local = spec["profiles"][args.profile].get("runner") == "local" and not args.launcher
+    if not args.render_only and local:
+        problems = run_grid(spec, args.profile, root, force=args.force, methods=args.methods)
+    elif not args.render_only:
+        _, problems = launch(spec, args.profile, root, force=args.force, launcher=args.launcher,
+                             methods=args.methods, launcher_args=args.launcher_arg)
+    if problems:
+        print(f"{len(problems)} cell(s) of {args.artifact} failed; finished runs are kept, rerun to continue. "
+              "Rendering what exists.", file=sys.stderr)
+        for p in problems:
+            print(f"  {p}", file=sys.stderr)
+    build = build_figure if "sweeps" in spec else build_table
+    for kind, p in build(spec, args.profile, root, out_dir, methods=args.methods).items():
+        print(f"wrote {kind}: {p}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""The model card (``README.md``) of an exported model: what a reader of the Hugging Face Hub needs.
+
+YAML front matter the Hub reads (library, pipeline, tags, base model, datasets, a ``model-index``
+with the scores), then the method and its settings, the backbone, the data, the scores with the
+metric settings behind them, how the model was made (command, commit, seed, steps, versions) and how
+to use it: with the long-context method (the Summarizer) or as a plain truncating model.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+CARD_FILE = "README.md"
+_SCORES = ("rouge1", "rouge2", "rougeL", "rougeLsum", "bertscore_f1", "fact_recall", "fact_field_recall")
+
+
+def _front_matter(record: dict[str, Any]) -> dict[str, Any]:
+    method = record["method"]
+    backbone = record.get("backbone") or {}
+    data = record.get("data")
+    meta: dict[str, Any] = {"library_name": "transformers", "pipeline_tag": "summarization",
+                            "tags": ["scaleformer", "long-context", "summarization", method["option"]]}
+    base = backbone.get("pretrained")
+    if isinstance(base, str) and "/" in base and not base.startswith(("/", ".", "asset:")):
+        meta["base_model"] = base
+    splits = (record.get("evaluation") or {}).get("splits") or {}
+    results = []
+    for split, scores in splits.items():
+        metrics = [{"type": k, "value": round(float(scores[k]), 2)} for k in _SCORES
+                   if isinstance(scores.get(k), int | float)]
+        if metrics:
+            results.append({"task": {"type": "summarization"},
+                            "dataset": {"name": str(data), "type": str(data), "split": split},
+                            "metrics": metrics})
+    if results:
+        meta["model-index"] = [{"name": str(record["run"].get("run_id")), "results": results}]
+    return meta
+
+
+def _table(rows: list[tuple[str, Any]]) -> str:
+    return "\n".join(["| setting | value |", "|---|---|", *(f"| `{k}` | `{json.dumps(v)}` |" for k, v in rows)])
+
+
+def model_card(record: dict[str, Any]) -> str:
+    """The card's text, from a method record (``scaleformer.json``)."""
+    method, run = record["method"], record.get("run") or {}
+    backbone = record.get("backbone") or {}
+    parts = ["---", yaml.safe_dump(_front_matter(record), sort_keys=False).strip(), "---", "",
+             f"# {run.get('run_id') or 'scaleformer model'}", "",
+             f"A {backbone.get('model_type') or 'seq2seq'} summarizer trained with the long-context method "
+             f"**{method['option']}** (`{method['class']}`) by "
+             "the scaleformer framework on `" + str(record.get("data")) + "`.", "",
+             "## Method", "", _table(sorted(method["config"].items())), "",
+             "## Backbone", "",
+             f"`{backbone.get('name')}` ({backbone.get('pretrained') or 'randomly initialised'}), "
+             f"{backbone.get('max_positions')} positions per encoder pass.", ""]
+    splits = (record.get("evaluation") or {}).get("splits") or {}
+    if splits:
+        head = [k for k in _SCORES if any(isinstance(s.get(k), int | float) for s in splits.values())]
+        parts += ["## Evaluation", "", "| split | examples | " + " | ".join(head) + " |",
+                  "|---|---|" + "---|" * len(head)]
+        for split, s in splits.items():
+            vals = [f"{s[k]:.2f}" if isinstance(s.get(k), int | float) else "" for k in head]
+            parts.append(f"| {split} | {s.get('n_examples', '')} | " + " | ".join(vals) + " |")
+        settings = record.get("metrics") or {}
+        model = next((s.get("bertscore_model") for s in splits.values() if s.get("bertscore_model")), None)
+        parts += ["", "Metric settings: " + ", ".join(f"`{k}={v}`" for k, v in settings.items()
+                                                       if not isinstance(v, dict))
+                  + (f"; BERTScore model `{model}`" if model else "") + ".", ""]
+    else:
+        parts += ["## Evaluation", "", "Not evaluated yet (the run writes the scores here when it has).", ""]
+    versions = record.get("versions") or {}
+    parts += ["## How it was made", "",
+              f"- command: `{run.get('command')}`",
+              f"- commit: `{run.get('commit')}`, seed {run.get('seed')}, step {run.get('step')}, "
+              f"training identity `{run.get('training_hash')}`",
+              "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()), "",
+              "## Use", "", "With its long-context method (reads the whole document):", "", "```python",
+              "from scaleformer import Summarizer", "",
+              'summarize = Summarizer.from_pretrained("<this folder or hub id>")',
+              'print(summarize(open("report.txt").read()))', "```", "",
+              "or `scaleformer summarize --model <folder or hub id> --input report.txt`. Plain transformers "
+              "(`AutoModelForSeq2SeqLM.from_pretrained`) loads the backbone alone, which reads only the "
+              f"first {backbone.get('max_positions')} tokens.", ""]
+    return "\n".join(parts)

@@ -1,0 +1,8 @@
+"""The backbone side: loading any Hugging Face seq2seq model (or a tiny random one), the offline
+tokenizer, the shipped tiny readers' recipes, and the one answer to "is the hub reachable?".
+
+- ``backbone``: configs, weights and the facts methods need (``BackboneSpec``);
+- ``tokenizer``: the offline BPE and special-token helpers; ``readers``: the tiny readers' recipes
+  (data; the pretraining loop is ``scaleformer.artifacts.pretrain_reader``);
+- ``hub``: one network probe and the local cache, for backbones, data and metrics.
+"""

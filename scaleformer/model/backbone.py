@@ -1,0 +1,179 @@
+"""The model wrapper: any AutoModelForSeq2SeqLM, from the hub, a local copy, or built randomly.
+
+Tiny random backbones (tiny_bart, tiny_t5) with the offline tokenizer make the whole pipeline run
+with no hub and no GPU; `pretrained` loads exactly what a GPU user would get.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+from transformers import (
+    AutoConfig,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    BartConfig,
+    PretrainedConfig,
+    PreTrainedModel,
+    T5Config,
+)
+
+from scaleformer.config import BackboneConfig
+from scaleformer.errors import ConfigError
+from scaleformer.methods.base import BackboneSpec
+from scaleformer.model.hub import HubUnreachableError, is_local, unreachable_message, unreachable_reason
+from scaleformer.model.readers import RECIPES
+from scaleformer.ops import compat
+from scaleformer.resources import ASSET_PREFIX, resolve_asset
+
+_LOCAL_HINT = ("Download it on a connected machine (`hf download {id} --local-dir DIR`) and set "
+               "backbone.pretrained=DIR (and backbone.tokenizer=DIR), or use backbone=tiny_bart / tiny_t5.")
+
+
+def _looks_like_path(ident: str) -> bool:
+    """Hub ids are ``name`` or ``org/name``; anything else is meant as a local folder."""
+    return ident.startswith((".", "/", "~")) or ident.count("/") > 1 or (os.sep != "/" and os.sep in ident)
+
+
+def _from_hub(loader: Any, ident: str, what: str, key: str, **kwargs: Any) -> Any:
+    """Load from a local path (``asset:`` names a shipped one), the hub, or (offline) the local HF cache;
+    fail fast with a clear message."""
+    shipped = ident.startswith(ASSET_PREFIX)
+    ident = resolve_asset(ident)
+    if is_local(ident):
+        return loader(ident, **kwargs)
+    if _looks_like_path(ident):
+        name = Path(ident).name
+        build = next((f"; build it with `python -m scaleformer.artifacts.pretrain_reader {arch}`" for arch, r in RECIPES.items()
+                      if r.name == name and shipped), "")
+        raise ConfigError(f"{key}={ident!r}: no such folder (a local {what} is a folder from save_pretrained; "
+                          f"a hub id looks like org/name){build}")
+    why = unreachable_reason()
+    if why is None:
+        return loader(ident, **kwargs)
+    try:
+        return loader(ident, local_files_only=True, **kwargs)
+    except OSError:
+        raise HubUnreachableError(unreachable_message(what, ident, why, _LOCAL_HINT.format(id=ident))) from None
+
+
+def load_tokenizer(cfg: BackboneConfig) -> Any:
+    name = cfg.tokenizer or cfg.pretrained
+    if name is None or name == "offline":
+        from scaleformer.model.tokenizer import load_offline_tokenizer
+
+        return load_offline_tokenizer(cfg.arch or "bart")
+    return _from_hub(AutoTokenizer.from_pretrained, name, "tokenizer",
+                     "backbone.tokenizer" if cfg.tokenizer else "backbone.pretrained")
+
+
+def model_config(cfg: BackboneConfig, tokenizer: Any) -> PretrainedConfig:
+    """The model's config without its weights, so methods and limits are checked before the heavy load."""
+    conf = _read_config(cfg, tokenizer)
+    check_positions(cfg, conf)
+    return conf
+
+
+def learned_positions(conf: PretrainedConfig) -> tuple[str, int] | None:
+    """The config key and number of input positions the encoder has embeddings for; None for relative
+    positions (the T5 family), which have no hard limit.
+
+    BART-like models index a table of ``max_position_embeddings`` (LED: ``max_encoder_position_embeddings``)
+    rows, so a longer input fails with an IndexError deep inside the first forward pass.
+    """
+    if getattr(conf, "relative_attention_num_buckets", None):
+        return None
+    for key in ("max_encoder_position_embeddings", "max_position_embeddings", "n_positions"):
+        value = getattr(conf, key, None)
+        if value:
+            return key, int(value)
+    return None
+
+
+def check_positions(cfg: BackboneConfig, conf: PretrainedConfig) -> None:
+    """``backbone.max_positions`` must fit the learned position table (checked before any weights exist)."""
+    learned = learned_positions(conf)
+    if cfg.max_positions is None or learned is None or cfg.max_positions <= learned[1]:
+        return
+    key, limit = learned
+    raise ConfigError(f"backbone.max_positions={cfg.max_positions}: above the {limit} positions the "
+                      f"{getattr(conf, 'model_type', None) or 'model'} backbone {cfg.name!r} has learned "
+                      f"({key}={limit}); set backbone.max_positions <= {limit} (chunked methods such as sled "
+                      "and scaleformer read longer documents in windows of that size)")
+
+
+def _read_config(cfg: BackboneConfig, tokenizer: Any) -> PretrainedConfig:
+    if cfg.pretrained is not None:
+        conf = _from_hub(AutoConfig.from_pretrained, cfg.pretrained, "model config", "backbone.pretrained")
+        for k, v in cfg.model_kwargs.items():
+            setattr(conf, k, v)
+        return conf
+    ids = {
+        "vocab_size": len(tokenizer),
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
+    if cfg.arch == "bart":
+        ids |= {"bos_token_id": tokenizer.bos_token_id, "decoder_start_token_id": tokenizer.eos_token_id,
+                "forced_eos_token_id": tokenizer.eos_token_id}
+        return BartConfig(**(ids | dict(cfg.model_kwargs)))
+    ids |= {"decoder_start_token_id": tokenizer.pad_token_id}
+    return T5Config(**(ids | dict(cfg.model_kwargs)))
+
+
+def max_positions(cfg: BackboneConfig, conf: PretrainedConfig) -> int:
+    if cfg.max_positions is not None:
+        return cfg.max_positions
+    for key in ("max_position_embeddings", "n_positions"):
+        if getattr(conf, key, None):
+            return int(getattr(conf, key))
+    raise ConfigError(f"backbone.max_positions=None: the model config of {cfg.name!r} has no "
+                      "max_position_embeddings; set backbone.max_positions")
+
+
+def backbone_spec(cfg: BackboneConfig, tokenizer: Any, conf: PretrainedConfig) -> BackboneSpec:
+    from scaleformer.model.tokenizer import special_token_ids
+
+    prefix, suffix = special_token_ids(tokenizer)
+    return BackboneSpec(
+        max_positions=max_positions(cfg, conf), pad_id=tokenizer.pad_token_id, prefix_ids=tuple(prefix),
+        suffix_ids=tuple(suffix), d_model=int(getattr(conf, "d_model", 0) or getattr(conf, "hidden_size", 0)),
+        n_encoder_layers=int(getattr(conf, "encoder_layers", 0) or getattr(conf, "num_layers", 0)),
+        n_decoder_layers=int(getattr(conf, "decoder_layers", 0) or getattr(conf, "num_decoder_layers", 0)
+                             or getattr(conf, "num_layers", 0)),
+    )
+
+
+def unpickling_reason(e: Exception) -> str:
+    """The one useful line of torch's weights-only refusal (e.g. "Unsupported global: GLOBAL io.open")."""
+    m = re.search(r"WeightsUnpickler error: (.*?)(?: was not an allowed global|\.\s|\n|$)", str(e))
+    return m.group(1).strip() if m else (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def build_model(cfg: BackboneConfig, conf: PretrainedConfig, weights: bool = True) -> PreTrainedModel:
+    """The backbone: pretrained weights when ``cfg.pretrained`` (and ``weights``), else random ones."""
+    kwargs: dict[str, Any] = {}
+    if cfg.attn_implementation:
+        kwargs["attn_implementation"] = cfg.attn_implementation
+    if cfg.pretrained is not None and weights:
+        # Weights are data: safetensors, or a pickled .bin read with torch.load(weights_only=True).
+        try:
+            model = _from_hub(AutoModelForSeq2SeqLM.from_pretrained, cfg.pretrained, "model", "backbone.pretrained",
+                              config=conf, weights_only=True, **kwargs)
+        except pickle.UnpicklingError as e:
+            raise ConfigError(f"backbone.pretrained={cfg.pretrained!r}: its weights file holds more than tensors "
+                              f"({unpickling_reason(e)}), so it was not loaded (unpickling it could run code); "
+                              "use a safetensors copy of the model") from None
+        # from_pretrained returns eval mode and Lightning keeps each module's mode at fit start: without
+        # this, fine-tuning a pretrained backbone would run without dropout.
+        model.train()
+    else:
+        model = AutoModelForSeq2SeqLM.from_config(conf, **kwargs)
+    if cfg.gradient_checkpointing and not compat.enable_checkpointing(model):
+        raise ConfigError(f"backbone.gradient_checkpointing=true: {type(model).__name__} supports no activation "
+                          "checkpointing; set it to false")
+    return model

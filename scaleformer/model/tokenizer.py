@@ -1,0 +1,86 @@
+"""The offline tokenizer and tokenizer helpers that work the same for hub BART/T5 tokenizers.
+
+Why: the embedded default must run with no hub access, so it cannot download `facebook/bart-base`'s
+vocabulary. We ship a small byte-level BPE (``assets/offline_bpe.json``) trained deterministically on
+the bundled synthetic text; :func:`scaleformer.data.synthetic.build_offline_bpe` rebuilds it bit for bit
+(``python -m scaleformer.data.synthetic``). Byte-level means any
+UTF-8 text still tokenizes (no `<unk>`), so users' own files work with it too, just less compactly.
+
+Special tokens: ``<pad>`` = 0, ``<s>`` = 1, ``</s>`` = 2, ``<unk>`` = 3. Two flavours differ only in
+how one sequence is wrapped: "bart" gives ``<s> ... </s>``, "t5" gives ``... </s>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from tokenizers import Tokenizer, processors
+from transformers import PreTrainedTokenizerFast
+
+from scaleformer.resources import assets_dir
+
+ASSET = assets_dir() / "offline_bpe.json"
+SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
+VOCAB_SIZE = 4000
+FLAVOURS = ("bart", "t5")
+
+
+def _with_template(tok: Tokenizer, flavour: str) -> Tokenizer:
+    if flavour not in FLAVOURS:
+        raise ValueError(f"tokenizer flavour {flavour!r}: must be one of {', '.join(FLAVOURS)}")
+    ids = {t: tok.token_to_id(t) for t in ("<s>", "</s>")}
+    if flavour == "bart":
+        single, pair = "<s> $A </s>", "<s> $A </s> </s> $B </s>"
+    else:
+        single, pair = "$A </s>", "$A </s> $B </s>"
+    tok.post_processor = processors.TemplateProcessing(
+        single=single, pair=pair, special_tokens=list(ids.items())
+    )
+    return tok
+
+
+def load_offline_tokenizer(flavour: str = "bart") -> PreTrainedTokenizerFast:
+    """The shipped offline BPE wrapped for transformers, with the flavour's special-token template."""
+    tok = _with_template(Tokenizer.from_str(ASSET.read_text(encoding="utf-8")), flavour)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        name_or_path=f"scaleformer-offline-bpe-{flavour}",
+        padding_side="right",
+        truncation_side="right",
+        # Byte-level BPE decodes spaces exactly; WordPiece-style cleanup would corrupt it.
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def special_token_ids(tokenizer: PreTrainedTokenizerFast) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(prefix, suffix) special ids the tokenizer wraps one sequence in, found by diffing encodings.
+
+    Why generic: the same code must serve our offline BPE, `facebook/bart-base` (``[<s>], [</s>]``)
+    and `t5-base` (``[], [</s>]``) without per-model tables.
+    """
+    for probe in ("summary", "hello world", "a"):
+        plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
+        full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+        n = len(plain)
+        for i in range(len(full) - n + 1):
+            if n and full[i:i + n] == plain:
+                return tuple(full[:i]), tuple(full[i + n:])
+    raise ValueError(f"cannot locate the special tokens of {type(tokenizer).__name__}: its encoding "
+                     "with special tokens does not contain the encoding without them")
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
+    """A short hash that changes whenever tokenization could change (vocab, merges, template)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        payload = backend.to_str()
+    else:  # slow tokenizers: no serialization, fall back to identity and vocabulary
+        payload = json.dumps([type(tokenizer).__name__, tokenizer.name_or_path, len(tokenizer),
+                              sorted(tokenizer.get_vocab().items())])
+    extra = json.dumps([tokenizer.pad_token_id, special_token_ids(tokenizer)])
+    return hashlib.sha256((payload + extra).encode("utf-8")).hexdigest()[:16]

@@ -1,0 +1,12 @@
+"""Tensor kernels and the one seam into transformers' internals.
+
+- ``compat``: every reach into transformers/Lightning internals (bound by name, checked, fallbacks);
+- ``chunking``: overlapping chunks and micro-batched chunk encoding; ``packing``: chunk states into
+  one padded decoder input; ``fusion``: ScaleFormer's cumulative fusion (eqs. 2-5);
+- ``kept_layer``: the encoder's last layer at kept positions only; ``spans``: per-layer attention
+  spans (full, block, sliding window) for MASFormer;
+- ``decoding``: generation with beam-shared cross-attention; ``retrieval``: top-k cross-attention
+  layers (Unlimiformer, Memorizing Transformers).
+
+Imports nothing above ``errors`` and ``config``.
+"""

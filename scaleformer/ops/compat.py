@@ -1,0 +1,400 @@
+"""The one seam between this project and the internals of transformers, Lightning and torch.
+
+Why: the fastest and most distinctive paths subclass or call private parts of transformers, which
+move between releases (5.24 renamed the attention modules' ``past_key_values`` argument to ``cache``).
+So: stock names are looked up, never imported at module level (:func:`stock`; a removed class becomes
+a :class:`Missing` placeholder, not an ImportError); arguments are bound by name against the installed
+signature (:func:`bind`, :func:`call`) under the names they had across releases (:data:`ALIASES`);
+:data:`PATCHES` registers every patch with a check of the installed release and the tested range
+(:data:`TESTED`). Where a check fails, a speed-only patch gives way to the stock path (the same
+tokens, slower) and says so once (:func:`enabled`); a method that cannot exist without its patch
+stops at start-up with one line naming the installed version and the tested range (:func:`require`).
+
+Every place the project touches a dependency's internals (all behind this module):
+
+transformers
+- ``BartAttention`` / ``T5Attention`` forward: subclassed by the beam-shared classes (``decoding``,
+  speed-only) and the retrieval layers (``retrieval``, required by unlimiformer and memorizing);
+  calls bound by name, classes swapped in place.
+- ``EncoderDecoderCache`` / ``DynamicCache`` layout (``layers[i].keys``, ``is_updated``, ``update``,
+  ``reorder_cache``); ``generate``'s cache keyword (:func:`cache_kwarg`), :func:`dynamic_cache`.
+- ``ALL_ATTENTION_FUNCTIONS``, ``AttentionInterface``, BART/T5 ``eager_attention_forward``
+  (:func:`attention_function`, :func:`register_attention`); ``config._attn_implementation`` (:func:`attn_impl`).
+- ``BartEncoderLayer`` / ``T5Block`` calls and submodules: the kept-positions last layer (``kept_layer``,
+  speed-only; a pre-hook reads the layer's inputs by name) and MASFormer's per-layer encoder
+  (``attention``, required by the span methods) with ``create_bidirectional_mask``
+  (:func:`bidirectional_mask`), ``T5Attention.compute_bias`` (:func:`t5_bias`), ``BartLearnedPositionalEmbedding``.
+- ``activation_checkpointing_enable`` (``gradient_checkpointing_enable`` before 5.23): :func:`enable_checkpointing`.
+
+Lightning
+- ``tqdm_progress._update_n`` (private): :func:`set_progress`, else ``bar.n`` and ``refresh``.
+- ``Trainer.fit(weights_only=...)`` (2.5+): :func:`fit_kwargs` passes it only where ``fit`` takes it.
+- ``TorchCheckpointIO`` hooks (public; subclassed in ``checkpoints.py``, its load hook takes any
+  keyword) and :data:`MisconfigurationException`.
+
+torch: public API only (``torch.load(weights_only, mmap)``, ``checkpoint(use_reentrant=False)``,
+``register_forward_pre_hook(with_kwargs=True)``, ``scaled_dot_product_attention``, ``untyped_storage``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import inspect
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _dist_version
+from typing import Any
+
+import torch
+from torch import nn
+
+log = logging.getLogger("scaleformer")
+
+# The transformers releases this project's patches were tested on (`make test-compat` runs the
+# lowest and the newest; the lock pins one inside). The pyproject's lower bound equals the first.
+TESTED: dict[str, tuple[str, str]] = {"transformers": ("5.17.0", "5.24.0")}
+
+# What each argument the project binds has been called across transformers releases, newest first.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "hidden_states": ("hidden_states",),
+    "key_value_states": ("key_value_states",),
+    "cache": ("cache", "past_key_values", "past_key_value"),  # 5.24 renamed past_key_values to cache
+    "attention_mask": ("attention_mask", "mask"),  # T5Attention calls it mask
+    "position_bias": ("position_bias",),
+    "inputs_embeds": ("inputs_embeds", "input_embeds"),
+    "past_seen_tokens": ("past_seen_tokens", "cache_position"),
+}
+
+
+def installed(dist: str) -> str:
+    try:
+        return _dist_version(dist)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def tested_range(dist: str = "transformers") -> str:
+    return " to ".join(TESTED[dist])
+
+
+# ------------------------------------------------------------------------------------ stock names
+class Missing(nn.Module):
+    """A class the installed release lacks: nothing is an instance of it, and subclasses still define."""
+
+    missing_from: str = ""
+
+
+def stock(module: str, name: str) -> Any:
+    """``module.name`` from the installed release, or None when it has no such name."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+
+
+def stock_class(module: str, name: str) -> type:
+    """A stock class, or a :class:`Missing` placeholder of the same name."""
+    if isinstance(found := stock(module, name), type):
+        return found
+    return type(name, (Missing,), {"missing_from": f"{module}.{name}", "__module__": __name__})
+
+
+_BART = "transformers.models.bart.modeling_bart"
+_T5 = "transformers.models.t5.modeling_t5"
+BartAttention = stock_class(_BART, "BartAttention")
+BartEncoder = stock_class(_BART, "BartEncoder")
+BartEncoderLayer = stock_class(_BART, "BartEncoderLayer")
+BartLearnedPositionalEmbedding = stock_class(_BART, "BartLearnedPositionalEmbedding")
+T5Attention = stock_class(_T5, "T5Attention")
+T5Block = stock_class(_T5, "T5Block")
+T5Stack = stock_class(_T5, "T5Stack")
+DynamicCache = stock_class("transformers.cache_utils", "DynamicCache")
+EncoderDecoderCache = stock_class("transformers.cache_utils", "EncoderDecoderCache")
+BART_EAGER = stock(_BART, "eager_attention_forward")
+T5_EAGER = stock(_T5, "eager_attention_forward")
+
+
+# ------------------------------------------------------------------------------- binding by name
+@functools.cache
+def _params(fn: Callable) -> dict[str, inspect.Parameter] | None:
+    try:
+        return dict(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
+@functools.cache
+def call_names(fn: Callable, roles: tuple[str, ...]) -> dict[str, str] | None:
+    """Each role's parameter name in the installed ``fn`` (see :data:`ALIASES`); None if one is absent."""
+    params = _params(fn) or {}
+    out = {r: next((a for a in ALIASES.get(r, (r,)) if a in params), None) for r in roles}
+    return None if None in out.values() else out
+
+
+def _names_or_raise(fn: Callable, roles: tuple[str, ...]) -> dict[str, str]:
+    if (names := call_names(fn, roles)) is None:
+        raise TypeError(f"{getattr(fn, '__qualname__', fn)} has no parameter for one of {roles}")
+    return names
+
+
+def takes_var_kwargs(fn: Callable) -> bool:
+    params = _params(fn)
+    return params is not None and any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def bind(fn: Callable, args: tuple, kwargs: dict[str, Any], roles: tuple[str, ...]) -> tuple[dict[str, Any], dict]:
+    """One call's arguments by role, and the remaining keyword arguments.
+
+    ``fn`` is the stock function the call was meant for (``args`` include ``self`` for a method). A
+    role passed under an older alias into ``**kwargs`` is taken from there too.
+    """
+    names = _names_or_raise(fn, roles)
+    values = inspect.signature(fn).bind(*args, **kwargs).arguments
+    var_kw = next((n for n, p in _params(fn).items() if p.kind is p.VAR_KEYWORD), None)
+    rest = dict(values.get(var_kw, {})) if var_kw else {}
+    out = {}
+    for role, name in names.items():
+        if name in values:
+            out[role] = values[name]
+        else:
+            alias = next((a for a in ALIASES.get(role, ()) if a in rest), None)
+            out[role] = rest.pop(alias) if alias else _params(fn)[name].default
+    return out, rest
+
+
+def call(target: Callable, *args: Any, extra: dict[str, Any] | None = None, **by_role: Any) -> Any:
+    """Call ``target`` (a function, or a module: its ``forward`` names the parameters) with each keyword
+    given by role (see :data:`ALIASES`) under its installed name, and ``extra`` keywords as they are."""
+    names = _names_or_raise(type(target).forward if isinstance(target, nn.Module) else target, tuple(by_role))
+    return target(*args, **{names[r]: v for r, v in by_role.items()}, **(extra or {}))
+
+
+def first_output(out: Any) -> torch.Tensor:
+    """A layer's hidden states, whether it returns them alone or first in a tuple (releases differ)."""
+    return out if isinstance(out, torch.Tensor) else out[0]
+
+
+def cache_kwarg(model: nn.Module) -> str:
+    """The keyword ``model.generate``/``forward`` takes its cache by (``cache`` from 5.24)."""
+    names = call_names(type(model).forward, ("cache",))
+    return names["cache"] if names else "past_key_values"
+
+
+# ------------------------------------------------------------------------------ other internals
+def attn_impl(model_or_config: Any) -> str:
+    """The attention implementation a model (or config) runs ("" when it says none)."""
+    conf = getattr(model_or_config, "config", model_or_config)
+    return str(getattr(conf, "_attn_implementation", "") or "")
+
+
+def set_attn_impl(config: Any, impl: str) -> None:  # on a module's own copy of the config
+    config._attn_implementation = impl
+
+
+def dynamic_cache(config: Any = None) -> Any:
+    """An empty ``DynamicCache`` (for ``config``'s layer types where the release takes a config)."""
+    if config is not None and "config" in (_params(DynamicCache.__init__) or {}):
+        return DynamicCache(config=config)
+    return DynamicCache()
+
+
+def attention_function(impl: str | None, eager: Callable | None) -> Callable:
+    """The attention implementation ``impl`` as transformers registered it (``eager`` for eager/None)."""
+    funcs = stock("transformers.modeling_utils", "ALL_ATTENTION_FUNCTIONS")
+    if hasattr(funcs, "get_interface"):
+        return funcs.get_interface(impl, eager)
+    return funcs[impl] if funcs is not None and impl not in (None, "eager") and impl in funcs else eager
+
+
+def register_attention(name: str, fn: Callable) -> None:
+    """Register an attention implementation with transformers (where the release can: see PATCHES)."""
+    if hasattr(iface := stock("transformers", "AttentionInterface"), "register"):
+        iface.register(name, fn)
+
+
+def bidirectional_mask(config: Any, embeds: torch.Tensor, mask: torch.Tensor) -> Any:
+    """transformers' encoder mask for ``config``'s attention implementation."""
+    fn = stock("transformers.masking_utils", "create_bidirectional_mask")
+    return call(fn, config=config, inputs_embeds=embeds, attention_mask=mask)
+
+
+def t5_bias(attn: nn.Module, queries: int, keys: int, *, past: int = 0, device: Any = None) -> torch.Tensor:
+    """T5's relative-position bias ``[1, H, queries, keys]`` for queries starting at position ``past``."""
+    names = call_names(type(attn).compute_bias, ("past_seen_tokens",))
+    if names is None or names["past_seen_tokens"] == "past_seen_tokens":
+        return attn.compute_bias(queries, keys, device=device, **({"past_seen_tokens": past} if past else {}))
+    pos = torch.arange(past, past + queries, device=device or attn.relative_attention_bias.weight.device)
+    return attn.compute_bias(queries, keys, device=device, cache_position=pos)
+
+
+def enable_checkpointing(model: nn.Module, **kwargs: Any) -> bool:
+    """Turn on activation checkpointing under the installed name (renamed in 5.23); False if none."""
+    for name in ("activation_checkpointing", "gradient_checkpointing"):
+        if (fn := getattr(model, f"{name}_enable", None)) is not None:
+            fn(**({f"{name}_kwargs": kwargs} if kwargs else {}))
+            return True
+    return False
+
+
+def disable_checkpointing(model: nn.Module) -> None:
+    fn = getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable
+    fn()
+
+
+# Lightning
+MisconfigurationException: type[Exception] = (
+    stock("lightning.fabric.utilities.exceptions", "MisconfigurationException") or RuntimeError)
+
+
+def set_progress(bar: Any, n: int) -> None:
+    """Move a tqdm bar to ``n`` (Lightning's private helper where it exists: it skips redundant redraws)."""
+    update = stock("lightning.pytorch.callbacks.progress.tqdm_progress", "_update_n")
+    with contextlib.suppress(TypeError):
+        if update is not None:
+            return update(bar, n)
+    bar.n = n
+    bar.refresh()
+
+
+def fit_kwargs(fit: Callable, **wanted: Any) -> dict[str, Any]:
+    """The keywords of ``wanted`` that the installed ``Trainer.fit`` takes."""
+    params = _params(fit) or {}
+    return {k: v for k, v in wanted.items() if k in params}
+
+
+# ---------------------------------------------------------------------------------- the registry
+@dataclass(frozen=True)
+class Patch:
+    """One patch of transformers internals: what it is for, and whether the project can do without it."""
+
+    name: str
+    what: str
+    speed_only: bool  # True: the stock path computes the same tokens, slower
+    check: Callable[[], str | None]  # why the installed release does not fit, or None
+
+
+BART_ROLES = ("hidden_states", "key_value_states", "cache", "attention_mask")
+T5_ROLES = ("hidden_states", "attention_mask", "key_value_states", "position_bias", "cache")
+
+
+def _lacks(fn: Callable, roles: tuple[str, ...]) -> str | None:
+    """Which role ``fn`` has no parameter for, as a reason; None when it has them all."""
+    params = _params(fn) or {}
+    miss = [r for r in roles if not any(a in params for a in ALIASES.get(r, (r,)))]
+    return f"{fn.__qualname__} takes no {miss[0]} argument" if miss else None
+
+
+def _absent(*objs: Any) -> str | None:
+    for o in objs:
+        if isinstance(o, type) and issubclass(o, Missing):
+            return f"it has no {o.missing_from}"
+    return None
+
+
+def _cross_attention_check() -> str | None:
+    if (why := _absent(BartAttention, T5Attention, DynamicCache, EncoderDecoderCache)) is not None:
+        return why
+    if why := _lacks(BartAttention.forward, BART_ROLES) or _lacks(T5Attention.forward, T5_ROLES):
+        return why
+    if BART_EAGER is None or T5_EAGER is None:
+        return "it has no eager_attention_forward in BART or T5"
+    try:  # the cache layout the patched layers read: layers[i].keys/values and is_updated
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        k = torch.zeros(1, 1, 1, 1)
+        cache.cross_attention_cache.update(k, k, 0)
+        cache.cross_attention_cache.layers[0].keys  # noqa: B018
+        cache.is_updated.get(0)
+        cache.self_attention_cache.get_seq_length(0)
+    except Exception as e:  # any failure means the layout moved
+        return f"its EncoderDecoderCache layout differs ({type(e).__name__}: {e})"
+    return None
+
+
+def _kept_layer_check() -> str | None:
+    if (why := _absent(BartEncoderLayer, T5Block, T5Attention)) is not None:
+        return why
+    if why := (_lacks(BartEncoderLayer.forward, ("hidden_states", "attention_mask"))
+               or _lacks(T5Block.forward, ("hidden_states", "attention_mask", "position_bias"))):
+        return why
+    if not hasattr(T5Attention, "compute_bias"):
+        return "T5Attention has no compute_bias"
+    return None
+
+
+def _spans_check() -> str | None:
+    if (why := _absent(BartEncoder, T5Stack, BartEncoderLayer, T5Block, BartLearnedPositionalEmbedding,
+                       BartAttention, T5Attention)) is not None:
+        return why
+    fn = stock("transformers.masking_utils", "create_bidirectional_mask")
+    if fn is None or call_names(fn, ("inputs_embeds", "attention_mask")) is None:
+        return "its create_bidirectional_mask is missing or takes other arguments"
+    if stock("transformers", "AttentionInterface") is None:
+        return "it has no AttentionInterface to register the banded kernel with"
+    for f in (BartEncoderLayer.forward, T5Block.forward, BartAttention.forward, T5Attention.forward):
+        if not takes_var_kwargs(f):  # the window size travels to the kernel as a keyword
+            return f"{f.__qualname__} does not pass extra keywords on to the attention function"
+    if call_names(T5Attention.compute_bias, ("past_seen_tokens",)) is None:
+        return "T5Attention.compute_bias takes neither past_seen_tokens nor cache_position"
+    return _kept_layer_check()
+
+
+PATCHES: dict[str, Patch] = {p.name: p for p in (
+    Patch("beam_shared_cross_attention", "beam-shared cross-attention keys/values at generation", True,
+          _cross_attention_check),
+    Patch("kept_layer", "ScaleFormer's last encoder layer at kept positions only", True, _kept_layer_check),
+    Patch("retrieval_layers", "retrieval cross-attention layers (top-k over the datastore)", False,
+          _cross_attention_check),
+    Patch("layer_spans", "per-layer attention spans in the encoder (full, block, sliding window)", False,
+          _spans_check),
+)}
+
+_REASONS: dict[str, str | None] = {}
+_NOTICED: set[str] = set()
+
+
+def mismatch(name: str) -> str | None:
+    """Why the installed transformers does not fit patch ``name`` (cached), or None when it does."""
+    if name not in _REASONS:
+        try:
+            _REASONS[name] = PATCHES[name].check()
+        except Exception as e:  # a check must never be the traceback it guards against
+            _REASONS[name] = f"{type(e).__name__}: {e}"
+    return _REASONS[name]
+
+
+def enabled(name: str) -> bool:
+    """Whether speed-only patch ``name`` applies here; the first time it does not, say so once."""
+    if (why := mismatch(name)) is None:
+        return True
+    if name not in _NOTICED:
+        _NOTICED.add(name)
+        log.warning("transformers %s: %s turned off (%s; tested on %s); the stock path runs instead: "
+                    "the same tokens, slower", installed("transformers"), PATCHES[name].what, why,
+                    tested_range())
+    return False
+
+
+def require(names: Iterable[str], key: str) -> None:
+    """Stop with one line when a required patch does not fit the installed transformers."""
+    from scaleformer.errors import ConfigError
+
+    for name in names:
+        if (why := mismatch(name)) is not None:
+            raise ConfigError(f"{key} needs {PATCHES[name].what}, which this project patches into transformers; "
+                              f"the installed transformers {installed('transformers')} does not fit ({why}); "
+                              f"tested: transformers {tested_range()} (make setup installs the tested lock)")
+
+
+def reset() -> None:
+    """Forget checked patches and notices (tests that swap transformers internals call this)."""
+    for forget in (_REASONS.clear, _NOTICED.clear, _params.cache_clear, call_names.cache_clear):
+        forget()
+
+
+def report() -> dict[str, str]:
+    """Each patch's state ("on", or "off: why"), for metrics.json and bug reports."""
+    return {n: "on" if mismatch(n) is None else f"off: {mismatch(n)}" for n in PATCHES}

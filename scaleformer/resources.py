@@ -1,0 +1,45 @@
+"""Where the package's own files are: Hydra configs, experiment specs and assets (tokenizer, readers).
+
+They ship inside the package (``scaleformer/conf``, ``scaleformer/experiments``,
+``scaleformer/assets``; the repository's top-level ``conf/`` and ``experiments/`` point there), so an
+installed wheel finds them from any working directory. Every module asks here instead of walking up
+from its own file. A config value ``asset:<path>`` names a file under ``assets/`` (:func:`resolve_asset`):
+it stays the same string on every machine, so run identities do not depend on where the package is.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+ASSET_PREFIX = "asset:"
+
+
+def package_dir() -> Path:
+    return Path(str(files("scaleformer")))
+
+
+def conf_dir() -> Path:
+    """The Hydra config root (``config.yaml`` and one folder per group)."""
+    return package_dir() / "conf"
+
+
+def experiments_dir() -> Path:
+    """The artifact specs (``table1.yaml``, ...)."""
+    return package_dir() / "experiments"
+
+
+def assets_dir() -> Path:
+    return package_dir() / "assets"
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group (``method`` -> truncation, sled, ...), without ``_``-prefixed bases."""
+    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml") if not p.stem.startswith("_"))
+
+
+def resolve_asset(value: str) -> str:
+    """``asset:readers/x`` -> the absolute path of ``assets/readers/x``; other values unchanged."""
+    if isinstance(value, str) and value.startswith(ASSET_PREFIX):
+        return str(assets_dir() / value[len(ASSET_PREFIX):])
+    return value

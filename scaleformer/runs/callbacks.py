@@ -1,0 +1,169 @@
+"""Lightning callbacks the configs instantiate (``conf/callbacks/``) and the run's progress bar."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+
+from scaleformer.config import BertScoreConfig, MetricsConfig
+from scaleformer.ops import compat
+
+
+class StepCheckpoint(ModelCheckpoint):
+    """A checkpoint every ``every_n_train_steps`` steps and one at the end of training.
+
+    Only the newest is kept, ``step_<N>.ckpt``, and ``last.ckpt`` links to it, so ``ckpt_path=last``
+    always finds the newest weights (Lightning's own callback saves no final checkpoint when the
+    last step is not a multiple of the interval).
+    """
+
+    def __init__(self, dirpath: str, every_n_train_steps: int, **kwargs: Any) -> None:
+        kwargs.setdefault("filename", "step_{step}")
+        kwargs.setdefault("auto_insert_metric_name", False)
+        kwargs.setdefault("save_top_k", 1)
+        kwargs.setdefault("save_last", "link")
+        super().__init__(dirpath=dirpath, every_n_train_steps=every_n_train_steps, **kwargs)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._last_global_step_saved != trainer.global_step and trainer.global_step > 0:
+            candidates = self._monitor_candidates(trainer)
+            self._save_topk_checkpoint(trainer, candidates)
+            self._save_last_checkpoint(trainer, candidates)
+        super().on_train_end(trainer, pl_module)
+
+
+class ExactResume(pl.Callback):
+    """Lets a run restarted from a mid-epoch checkpoint continue exactly as the uninterrupted run.
+
+    Each checkpoint records the epoch, the training samples of it already used and the RNG states
+    (dropout, random middle tokens). On restore, the training sampler skips those samples and the
+    RNG states are put back just before the first resumed step, after Lightning has built its data
+    iterators. Exact for single-process runs; under DDP Lightning's distributed sampler restarts the
+    epoch's order.
+    """
+
+    KEY = "scaleformer_resume"
+
+    def __init__(self, sampler: Any = None, batch_size: int = 1) -> None:
+        self.sampler = sampler  # the train loader's ResumableSampler, set before fit
+        self.batch_size = batch_size
+        self._pending_rng: dict[str, Any] | None = None
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed  # batches of this epoch trained on
+        checkpoint[self.KEY] = {"epoch": trainer.current_epoch, "samples_done": int(done) * self.batch_size,
+                                "rng": rng_states()}
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        state = checkpoint.get(self.KEY)
+        if not state:
+            return
+        if self.sampler is not None and hasattr(self.sampler, "resume_at"):
+            self.sampler.resume_at(state["epoch"], state["samples_done"])
+        self._pending_rng = state["rng"]
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        if self._pending_rng is not None:
+            set_rng_states(self._pending_rng)
+            self._pending_rng = None
+
+
+def rng_states() -> dict[str, Any]:
+    """Every RNG a training step may draw from, as plain data (a weights-only checkpoint can hold it)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available()
+            else [], "numpy": [kind, keys.tolist(), pos, has_gauss, cached], "python": random.getstate()}
+
+
+def set_rng_states(state: dict[str, Any]) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+class ValidationRouge(pl.Callback):
+    """ROUGE of the validation predictions at each validation during fit, into the run's loggers.
+
+    BERTScore is left to the final evaluation: loading its model at every validation would dominate
+    short runs.
+    """
+
+    def __init__(self, use_stemmer: bool = False, sentence_splitter: str = "auto",
+                 rouge_tokenizer: str = "scrolls") -> None:
+        self.cfg = MetricsConfig(use_stemmer=use_stemmer, sentence_splitter=sentence_splitter,
+                                 rouge_tokenizer=rouge_tokenizer, bertscore=BertScoreConfig(enabled=False))
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from scaleformer.metrics import compute_metrics
+
+        rows = getattr(pl_module, "val_outputs", [])
+        if not rows or trainer.sanity_checking:
+            return
+        m = compute_metrics([r["prediction"] for r in rows], [r["reference"] for r in rows], self.cfg)
+        for k, v in numeric(m).items():
+            pl_module.log(f"val/{k}", v, prog_bar=k == "rougeL", batch_size=len(rows))
+
+
+class StepProgressBar(TQDMProgressBar):
+    """One training bar over the optimiser steps of the whole fit, instead of one bar per epoch."""
+
+    @property
+    def train_description(self) -> str:
+        return "train (steps)"
+
+    @property
+    def predict_description(self) -> str:
+        return "generate"
+
+    def on_predict_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                               batch_idx: int, dataloader_idx: int = 0) -> None:
+        super().on_predict_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
+        self.predict_progress_bar.set_description(self.predict_description)  # not "... DataLoader 0"
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        bar = self.train_progress_bar
+        if bar.total is None or bar.n == 0:  # first epoch of this fit (resumed fits start mid-way)
+            bar.reset(total=trainer.max_steps if trainer.max_steps > 0 else None)
+            bar.initial = trainer.global_step
+            bar.n = trainer.global_step
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        bar = self.train_progress_bar
+        if bar is not None and self._should_update(trainer.global_step, bar.total):
+            compat.set_progress(bar, trainer.global_step)
+            bar.set_postfix(self.get_metrics(trainer, pl_module))
+
+    def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
+        return items
+
+
+def log_metrics(trainer: pl.Trainer, split: str, metrics: dict[str, Any]) -> None:
+    """Send a final evaluation's numbers to every logger of the run, under `<split>/`."""
+    values = {f"{split}/{k}": v for k, v in numeric(metrics).items()}
+    for lg in trainer.loggers:
+        lg.log_metrics(values, step=trainer.global_step)
+        lg.save()
+
+
+def numeric(m: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in m.items() if isinstance(v, int | float) and not isinstance(v, bool)}

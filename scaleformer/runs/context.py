@@ -1,0 +1,109 @@
+"""The typed config of one run and its context: what a run computes once and every step reads.
+
+:func:`to_config` validates every group (types, unknown keys, ranges; the method against its own
+dataclass) and fills the run paths. :class:`RunContext` holds the result with the run's identities
+and folders, computed once at start-up: the training and evaluation hashes
+(:mod:`scaleformer.runs.identity`), the run folder and the checkpoint folder (the folder of the
+checkpoint callback, found by its class).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from scaleformer.config import Config, _key_hint, trainer_config
+from scaleformer.errors import ConfigError, check
+from scaleformer.methods import method_config
+from scaleformer.runs import identity
+
+
+@dataclass
+class RunConfig(Config):
+    """The validated, typed config of one run: :class:`Config`'s fields with ``method`` and ``trainer``
+    typed by their own schemas, and ``raw``, the resolved DictConfig saved with the results."""
+
+    raw: Any = None
+
+    @property
+    def method_option(self) -> str:
+        """The `method` option the user chose (e.g. scaleformer_middle); the class name without one."""
+        return str(self.choices.get("method") or self.method.name)
+
+
+def to_config(cfg: DictConfig) -> RunConfig:
+    """Validate every group (types, unknown keys, ranges), fill the run paths, return typed objects."""
+    try:
+        resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True))
+    except Exception as e:
+        raise ConfigError(str(e).splitlines()[0] + _key_hint(e)) from None
+    method_raw, trainer_raw = resolved.method, resolved.trainer  # typed by their own schemas below
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(Config), resolved)
+    except Exception as e:  # omegaconf's errors name the key; keep them, drop the traceback noise
+        raise ConfigError(str(e).splitlines()[0] + _key_hint(e)) from None
+    obj: Config = OmegaConf.to_object(merged)  # runs __post_init__ range checks
+    for group in ("logger", "callbacks"):
+        for name, node in getattr(obj, group).items():
+            check(node is None or (isinstance(node, dict) and isinstance(node.get("_target_"), str)),
+                  f"{group}.{name}", node, "must be null or a mapping with a _target_ class path")
+    rc = RunConfig(**{f.name: getattr(obj, f.name) for f in fields(Config)}, raw=resolved)
+    rc.method, rc.trainer = method_config(method_raw), trainer_config(trainer_raw)
+    rc.choices = dict(rc.choices)
+    return identity.fill_run_paths(rc, cfg)
+
+
+def checkpoint_callback_dir(callbacks: dict[str, Any]) -> Path | None:
+    """The folder of the checkpoint callback (a ``ModelCheckpoint`` subclass, found by its class)."""
+    from hydra.utils import get_class
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    for name, node in callbacks.items():
+        if not node or not node.get("dirpath"):
+            continue
+        try:
+            cls = get_class(node["_target_"])
+        except Exception as e:
+            raise ConfigError(f"callbacks.{name}._target_={node['_target_']!r}: cannot be imported "
+                              f"({str(e).splitlines()[0]})") from None
+        if isinstance(cls, type) and issubclass(cls, ModelCheckpoint):
+            return Path(node["dirpath"])
+    return None
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One run's config, identities and folders, computed once."""
+
+    cfg: RunConfig
+    run_id: str
+    run_dir: Path
+    checkpoint_dir: Path | None
+    training_hash: str
+    evaluation_hash: str
+    started: float = field(default_factory=time.time)
+
+    @classmethod
+    def create(cls, rc: RunConfig, started: float | None = None) -> RunContext:
+        return cls(cfg=rc, run_id=str(rc.paths.run_id), run_dir=identity.run_dir(rc),
+                   checkpoint_dir=checkpoint_callback_dir(rc.callbacks),
+                   training_hash=identity.training_hash(rc), evaluation_hash=identity.evaluation_hash(rc),
+                   started=started if started is not None else time.time())
+
+    def eval_dir(self, step: int) -> Path:
+        """Folder of one evaluation: the weights' step and the evaluation identity."""
+        return self.run_dir / "eval" / f"step_{step}-{self.evaluation_hash}"
+
+    @property
+    def expected_eval_dir(self) -> Path | None:
+        """Where the results will be, when the step is known before running (for skip_existing)."""
+        t = self.cfg.trainer
+        return self.eval_dir(t.max_steps) if t.do_train and t.max_steps > 0 else None
+
+    @property
+    def model_dir(self) -> Path:
+        return self.run_dir / "model"

@@ -1,0 +1,129 @@
+"""What a run is, and where its files go.
+
+Two identities, so that a trained model is reused instead of retrained:
+
+- the **training identity** (backbone, data, method, optimisation, seed, and the trainer settings that
+  change the numbers) names the run folder and so its checkpoints. The training length is not part
+  of it: raising ``trainer.max_steps`` continues the same run from its newest checkpoint, and the
+  checkpoints carry their step;
+- the **evaluation identity** (generation, metrics, the evaluated splits, a method's evaluation-only
+  keys) plus the step of the weights evaluated names one evaluation inside the run folder, so a new
+  generation or metrics setting re-scores the trained checkpoint without retraining.
+
+Neither contains where or how loudly a run happens (paths, loggers, callbacks, devices, progress
+bars, micro-batch sizes)::
+
+    <paths.runs>/<data>-<method option>-<backbone>-<training hash>/
+        config.yaml  train.log  checkpoints/  logs/  model/
+        eval/step_<N>-<evaluation hash>/  config.yaml  metrics.json  predictions_<split>.jsonl
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from scaleformer.config import PathsConfig
+from scaleformer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from scaleformer.runs.context import RunConfig
+
+TRAINING_GROUPS = ("backbone", "data", "method", "optim", "trainer", "seed")
+
+
+def not_training() -> dict[str, tuple[str, ...]]:
+    """Keys of the training groups that change neither the trained weights nor their name: the schema
+    fields marked ``runtime`` (:func:`scaleformer.config.runtime`), and the Lightning arguments the
+    trainer group passes through unnamed (``TrainerConfig.RUNTIME_EXTRA``)."""
+    from scaleformer.config import DataConfig, OptimConfig, TrainerConfig, runtime_fields
+
+    return {"optim": runtime_fields(OptimConfig), "data": runtime_fields(DataConfig),
+            "trainer": runtime_fields(TrainerConfig) + TrainerConfig.RUNTIME_EXTRA}
+
+
+# Where a run's name may not lead: path separators, parent references, hidden names.
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]{0,199}$")
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def _container(raw: DictConfig | dict[str, Any]) -> dict[str, Any]:
+    return OmegaConf.to_container(raw, resolve=True) if isinstance(raw, DictConfig) else raw
+
+
+def training_identity(rc: RunConfig) -> dict[str, Any]:
+    """The settings that determine the trained weights (whatever the training length)."""
+    d = _container(rc.raw)
+    ident = {g: d.get(g) for g in TRAINING_GROUPS}
+    for group, keys in not_training().items():
+        ident[group] = {k: v for k, v in (ident[group] or {}).items() if k not in keys}
+    method_cfg = type(rc.method)
+    drop = set(method_cfg.EVAL_KEYS) | set(method_cfg.RUNTIME_KEYS)
+    ident["method"] = {k: v for k, v in ident["method"].items() if k not in drop}
+    return ident
+
+
+def evaluation_identity(rc: RunConfig) -> dict[str, Any]:
+    """The settings that determine predictions and scores given the weights."""
+    d = _container(rc.raw)
+    return {
+        "generation": d.get("generation"),
+        "metrics": d.get("metrics"),
+        "splits": list(rc.trainer.eval_splits),
+        "data": {k: d["data"].get(k) for k in ("max_eval_examples", "eval_batch_size")},
+        "method": {k: d["method"].get(k) for k in type(rc.method).EVAL_KEYS},
+    }
+
+
+def training_hash(rc: RunConfig) -> str:
+    return _digest(training_identity(rc))
+
+
+def evaluation_hash(rc: RunConfig) -> str:
+    return _digest(evaluation_identity(rc))
+
+
+def check_name(key: str, value: str) -> str:
+    """A name that becomes a path component: letters, digits and ``._+=-``, never leaving its folder."""
+    if not _SAFE_NAME.match(value) or value in (".", ".."):
+        raise ConfigError(f"{key}={value!r}: must be 1-200 characters of letters, digits and ._+=- "
+                          "starting with a letter or digit (it names a folder)")
+    return value
+
+
+def run_id(rc: RunConfig) -> str:
+    """The run folder's name: ``run_name``, or data-method option-backbone-training hash."""
+    if rc.run_name:
+        return check_name("run_name", rc.run_name)
+    parts = [("data.name", rc.data.name), ("method", rc.method_option), ("backbone.name", rc.backbone.name)]
+    for key, value in parts:
+        check_name(key, str(value))
+    return "-".join([*(str(v) for _, v in parts), training_hash(rc)])
+
+
+def fill_run_paths(rc: RunConfig, cfg: DictConfig) -> RunConfig:
+    """Set ``paths.run_id``/``paths.run_dir`` and re-resolve what interpolates them (loggers, callbacks)."""
+    rid = run_id(rc)
+    run_dir = rc.paths.run_dir or str(Path(rc.paths.runs) / rid)
+    filled = cfg.copy()
+    with open_dict(filled):
+        filled.paths.run_id = rid
+        filled.paths.run_dir = run_dir
+    resolved = OmegaConf.to_container(filled, resolve=True)
+    rc.paths = PathsConfig(**resolved["paths"])
+    rc.logger = {k: v for k, v in (resolved.get("logger") or {}).items()}
+    rc.callbacks = {k: v for k, v in (resolved.get("callbacks") or {}).items()}
+    rc.raw = OmegaConf.create(resolved)
+    return rc
+
+
+def run_dir(rc: RunConfig) -> Path:
+    return Path(str(rc.paths.run_dir))

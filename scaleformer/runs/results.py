@@ -1,0 +1,67 @@
+"""``metrics.json``: one evaluation's results, as a typed schema its writer and every reader share.
+
+The run writes :class:`Results` (``eval/step_<N>-<evaluation hash>/metrics.json``); tables, the
+grid runner, ``skip_existing`` and the scripts read it back with :meth:`Results.read`, so a field is
+named in one place. ``splits`` maps a split to its scores (``rouge1`` ... ``n_examples``, as
+:func:`scaleformer.metrics.compute_metrics` returns them, plus generation timings).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from scaleformer.io import atomic_write_json
+
+FILE = "metrics.json"
+
+
+@dataclass
+class Results:
+    # Every field has a default: a reader takes what a file has (older files, hand-made ones in tests)
+    # and :meth:`read` requires only ``splits``.
+    run_id: str = ""
+    training_hash: str = ""
+    evaluation_hash: str = ""
+    step: int = 0
+    method: dict[str, Any] = field(default_factory=dict)  # option, class, parameters (and what it measured)
+    backbone: dict[str, Any] = field(default_factory=dict)  # name, pretrained, arch
+    data: dict[str, Any] = field(default_factory=dict)  # name, summary of the splits
+    splits: dict[str, dict[str, Any]] = field(default_factory=dict)  # split -> scores
+    commit: str = "unknown"
+    tag: str | None = None
+    device: str = "cpu"
+    world_size: int = 1
+    seed: int = 0
+    train_steps: int = 0
+    train_time_s: float = 0.0
+    wall_time_s: float = 0.0
+    versions: dict[str, str] = field(default_factory=dict)
+    patches: dict[str, str] = field(default_factory=dict)  # transformers patches: "on" or "off: why"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def write(self, folder: Path) -> Path:
+        return atomic_write_json(Path(folder) / FILE, self.to_dict())
+
+    def score(self, split: str, metric: str) -> Any:
+        """One number of one split (None when the split or the metric is absent)."""
+        return (self.splits.get(split) or {}).get(metric)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Results:
+        """A results record; keys this version does not know are ignored, missing ones take defaults."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    @classmethod
+    def read(cls, folder: Path) -> Results | None:
+        """The results in ``folder`` (an evaluation folder), or None when missing or unreadable."""
+        try:
+            d = json.loads((Path(folder) / FILE).read_text(encoding="utf-8"))
+            return cls.from_dict(d) if isinstance(d, dict) and "splits" in d else None
+        except (OSError, ValueError, TypeError):
+            return None

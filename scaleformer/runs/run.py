@@ -1,0 +1,309 @@
+"""One run: validate, build, train (or continue, or load a checkpoint), evaluate, export.
+
+Everything that can be checked is checked before the model weights are built: config ranges,
+method vs backbone limits, the checkpoint to start from (exists, local, same backbone and method),
+loggers and callbacks, the output folders, the BERTScore model and the backbone's weights. A
+mistake costs seconds, not a GPU allocation. Where files go and what names them:
+:mod:`scaleformer.runs.identity`; which process writes them: :mod:`scaleformer.runs.runtime`.
+
+The steps share one :class:`~scaleformer.runs.context.RunContext` (config, hashes, folders computed
+once): :func:`prepare` (checks, trainer, data), :func:`build_module`, :func:`train_or_load`,
+:func:`evaluate`, then the export and ``metrics.json`` (:class:`~scaleformer.runs.results.Results`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import subprocess
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from omegaconf import OmegaConf
+
+from scaleformer.errors import ConfigError
+from scaleformer.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from scaleformer.methods import Method, build_method
+from scaleformer.model import hub
+from scaleformer.model.backbone import backbone_spec, build_model, load_tokenizer, model_config
+from scaleformer.ops import compat
+from scaleformer.runs import checkpoints, runtime
+from scaleformer.runs.callbacks import ExactResume, log_metrics
+from scaleformer.runs.console import count_parameters, log_to_file, quiet, summary_table
+from scaleformer.runs.context import RunConfig, RunContext, to_config
+from scaleformer.runs.module import SummarizationModule
+from scaleformer.runs.results import Results
+from scaleformer.runs.trainer import build_trainer, instantiate_all
+
+log = logging.getLogger("scaleformer")
+
+
+def run(cfg: Any) -> dict[str, Any]:
+    """Train (when asked) and evaluate one configuration; returns the metrics.json content.
+
+    On global rank 0 only; other ranks of a distributed run return an empty dict.
+    """
+    from scaleformer.metrics import reset_notices
+
+    started = time.time()
+    quiet()
+    reset_notices()  # a multirun's runs each say once which BERTScore model they used
+    ctx = RunContext.create(to_config(cfg), started)  # every key, type and range, before anything heavy
+    rc = ctx.cfg
+    expected = ctx.expected_eval_dir
+    if rc.skip_existing and expected is not None and (existing := Results.read(expected)) is not None:
+        log.info("run %s already has results in %s: skipped (skip_existing=true)", ctx.run_id, expected)
+        return existing.to_dict()
+    ckpt = checkpoints.resolve(rc.trainer.ckpt_path, ctx.checkpoint_dir, ctx.run_dir)
+    for key, folder in (("paths.run_dir", ctx.run_dir), ("paths.cache", Path(rc.data.cache_dir))):
+        check_writable(key, folder)
+    with runtime.run_lock(ctx.run_dir), log_to_file(ctx.run_dir / "train.log", enabled=runtime.is_rank_zero()):
+        try:
+            result = _execute(ctx, ckpt)
+        except BaseException as e:
+            record_failure(ctx.run_dir, e)
+            raise
+        (ctx.run_dir / "failed.json").unlink(missing_ok=True)
+        return result
+
+
+@dataclass
+class Parts:
+    """What the steps of one run build and hand on."""
+
+    tokenizer: Any
+    method: Method
+    described: dict[str, Any]
+    trainer: pl.Trainer
+    loggers: list[Any]
+    resume: ExactResume
+    dm: Any
+    conf: Any = None
+    start: dict[str, Any] | None = None  # step and metadata of the checkpoint to start from
+
+
+def _execute(ctx: RunContext, ckpt: Path | None) -> dict[str, Any]:
+    parts = prepare(ctx, ckpt)
+    module = build_module(ctx, parts)
+    step, train_time, trained = train_or_load(ctx, parts, module, ckpt)
+    if trained and runtime.is_rank_zero():
+        from scaleformer.export.folder import export_model
+
+        export_model(module, ctx.model_dir, export_record(ctx, parts.described, step))
+    splits = evaluate(ctx, parts, module, step)
+    if not runtime.is_rank_zero():
+        return {}
+    results = Results(
+        run_id=ctx.run_id, training_hash=ctx.training_hash, evaluation_hash=ctx.evaluation_hash, step=step,
+        commit=git_commit(), tag=ctx.cfg.tag,
+        method=describe_method(ctx.cfg, parts.method),  # after evaluation: what the method measured
+        backbone={"name": ctx.cfg.backbone.name, "pretrained": ctx.cfg.backbone.pretrained,
+                  "arch": ctx.cfg.backbone.arch},
+        data={"name": ctx.cfg.data.name, "summary": parts.dm.summary()},
+        device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        world_size=int(parts.trainer.world_size), seed=ctx.cfg.seed, train_steps=step,
+        train_time_s=round(train_time, 2), wall_time_s=round(time.time() - ctx.started, 2),
+        versions={d: compat.installed(d) for d in ("torch", "transformers", "lightning")},
+        patches=compat.report(), splits=splits)
+    out_dir = ctx.eval_dir(step)
+    config_text = OmegaConf.to_yaml(ctx.cfg.raw)
+    atomic_write_text(ctx.run_dir / "config.yaml", config_text)
+    atomic_write_text(out_dir / "config.yaml", config_text)
+    results.write(out_dir)
+    result = results.to_dict()
+    if trained:
+        from scaleformer.export.folder import add_results
+
+        add_results(ctx.model_dir, result)  # the scores join the model card
+    print(summary_table(result, out_dir), flush=True)
+    return result
+
+
+def prepare(ctx: RunContext, ckpt: Path | None) -> Parts:
+    """Everything checkable before the weights exist: method vs backbone, the checkpoint to start from,
+    the backbone's and BERTScore's availability, loggers, callbacks, the trainer and the data."""
+    rc = ctx.cfg
+    pl.seed_everything(rc.seed, workers=True, verbose=False)
+    tokenizer = load_tokenizer(rc.backbone)
+    conf = model_config(rc.backbone, tokenizer)
+    method = build_method(rc.method, backbone_spec(rc.backbone, tokenizer, conf))
+    described = describe_method(rc, method)
+    start = checkpoints.peek(ckpt) if ckpt is not None else None
+    if start is not None:
+        checkpoints.check_compatible(start["meta"], rc.backbone.name, described, ckpt)
+    hub.check_available(rc.backbone.pretrained, "model weights",
+                        "Download it on a connected machine and set backbone.pretrained=DIR.")
+    if rc.trainer.eval_splits and rc.metrics.bertscore.enabled:
+        from scaleformer.metrics import resolve_bertscore_model
+
+        resolve_bertscore_model(rc.metrics.bertscore)  # offline, a missing model fails now, not after training
+    loggers, callbacks = instantiate_all(rc.logger, "logger"), instantiate_all(rc.callbacks, "callbacks")
+    resume = ExactResume(batch_size=rc.data.batch_size)
+    trainer = build_trainer(ctx, loggers, [*callbacks, resume])
+
+    from scaleformer.data import SummarizationDataModule
+
+    dm = SummarizationDataModule(rc.data, tokenizer, seed=rc.seed)
+    dm.prepare_data()
+    dm.setup()
+    method.check_prefix(dm.longest_prefix())  # a query too long for the method fails before the model
+    return Parts(tokenizer, method, described, trainer, loggers, resume, dm, conf, start)
+
+
+def build_module(ctx: RunContext, parts: Parts) -> SummarizationModule:
+    rc = ctx.cfg
+    model = build_model(rc.backbone, parts.conf)
+    meta = checkpoints.metadata(rc.backbone.name, parts.described, ctx.training_hash)
+    module = SummarizationModule(model, parts.method, parts.tokenizer, rc.optim, rc.generation, meta=meta,
+                                 run_config=OmegaConf.to_container(rc.raw, resolve=True))
+    log.info("run %s: %s on %s, %s (%s parameters) -> %s", ctx.run_id, rc.method_option, rc.data.name,
+             type(model).__name__, count_parameters(model), ctx.run_dir)
+    for lg in parts.loggers:
+        lg.log_hyperparams(OmegaConf.to_container(rc.raw, resolve=True))
+    return module
+
+
+def train_or_load(ctx: RunContext, parts: Parts, module: SummarizationModule, ckpt: Path | None
+                  ) -> tuple[int, float, bool]:
+    """Train (from scratch or the checkpoint), or load the checkpoint's weights; (step, seconds, trained)."""
+    rc, dm, trainer = ctx.cfg, parts.dm, parts.trainer
+    trained = rc.trainer.do_train and dm.has_split("train")
+    if not trained:
+        if ckpt is not None:
+            step = checkpoints.load_weights(module, ckpt, rc.backbone.name, parts.described)
+            log.info("evaluating the weights of %s (step %d)", ckpt, step)
+            return step, 0.0, False
+        log.warning("no training (trainer.do_train=false or no train split) and no checkpoint "
+                    "(trainer.ckpt_path): scoring UNTRAINED weights")
+        return 0, 0.0, False
+    if ckpt is None and runtime.is_rank_zero():
+        _clear_stale_checkpoints(ctx.checkpoint_dir)
+    elif ckpt is not None:
+        log.info("continuing from %s (step %d)", ckpt, parts.start["step"])
+    t0 = time.time()
+    has_val = dm.has_split("validation") and rc.trainer.limit_val_batches not in (0, 0.0)
+    train_loader = dm.train_dataloader()
+    parts.resume.sampler = train_loader.sampler
+    trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=dm.val_dataloader() if has_val else None,
+                ckpt_path=str(ckpt) if ckpt else None, **compat.fit_kwargs(trainer.fit, weights_only=True))
+    return int(trainer.global_step), time.time() - t0, True
+
+
+def evaluate(ctx: RunContext, parts: Parts, module: SummarizationModule, step: int) -> dict[str, Any]:
+    """Every evaluated split's scores (rank 0; empty elsewhere), logged to the run's loggers."""
+    splits: dict[str, Any] = {}
+    for split in ctx.cfg.trainer.eval_splits:
+        if not parts.dm.has_split(split):
+            log.warning("no %s split in data %s: skipped", split, ctx.cfg.data.name)
+            continue
+        scored = evaluate_split(ctx.cfg, parts.trainer, module, parts.dm, split, ctx.eval_dir(step))
+        if scored is not None:
+            splits[split] = scored
+            log_metrics(parts.trainer, split, scored)
+    return splits
+
+
+def export_record(ctx: RunContext, described: dict[str, Any], step: int) -> dict[str, Any]:
+    """What an exported model records about the run that made it (see scaleformer.export.folder)."""
+    rc = ctx.cfg
+    return {"method": described, "backbone": {"name": rc.backbone.name, "pretrained": rc.backbone.pretrained},
+            "generation": dataclasses.asdict(rc.generation), "max_input_tokens": rc.data.max_input_tokens,
+            "data": rc.data.name, "metrics": dataclasses.asdict(rc.metrics), "run_id": ctx.run_id,
+            "training_hash": ctx.training_hash, "step": step, "seed": rc.seed, "commit": git_commit(),
+            "command": command_line(), "config": OmegaConf.to_container(rc.raw, resolve=True)}
+
+
+def describe_method(rc: RunConfig, method: Method) -> dict[str, Any]:
+    """The option the user chose, the class behind it and its parameters (as metrics.json records them)."""
+    return {"option": rc.method_option, "class": type(method).__name__, **method.describe()}
+
+
+def _clear_stale_checkpoints(ckpt_dir: Path | None) -> None:
+    """A fresh start replaces this run's checkpoints (else `last` could point at the old training)."""
+    if ckpt_dir is None or not ckpt_dir.is_dir():
+        return
+    stale = [p for p in ckpt_dir.iterdir() if p.suffix == ".ckpt"]
+    if stale:
+        log.warning("trainer.ckpt_path=null: training from scratch, replacing %d checkpoint(s) in %s "
+                    "(trainer.ckpt_path=last continues them instead)", len(stale), ckpt_dir)
+        for p in stale:
+            p.unlink()
+
+
+def check_writable(key: str, folder: Path) -> None:
+    """A folder the run will write into exists (or can be made) and takes a file: checked at start-up."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{key}={str(folder)!r}: not writable ({e.strerror or e})") from None
+
+
+def record_failure(run_dir: Path, error: BaseException) -> None:
+    """``<run>/failed.json``: why the run stopped (tables and reproduce.py report it per cell)."""
+    if not runtime.is_rank_zero() or isinstance(error, runtime.RunInUseError):
+        return  # a refused second launch is not the run's failure
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    atomic_write_json(run_dir / "failed.json", {
+        "error": f"{type(error).__name__}: {first}", "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "traceback": traceback.format_exception(error)[-6:]})
+
+
+def evaluate_split(rc: RunConfig, trainer: pl.Trainer, module: SummarizationModule, dm: Any, split: str,
+                   out_dir: Path) -> dict[str, Any] | None:
+    """Generate for every example of `split` (sharded over ranks), save the predictions, score them.
+
+    Returns the scores on rank 0, None on the other ranks.
+    """
+    from scaleformer.metrics import compute_metrics
+
+    t0 = time.time()
+    batches = trainer.predict(module, dataloaders=dm.dataloader(split))
+    rows = runtime.gather_rows([r for b in batches for r in b], dm.datasets[split].ids, trainer.world_size)
+    gen_time = time.time() - t0
+    if not runtime.is_rank_zero():
+        return None
+    n_tokens = sum(r.pop("input_tokens") for r in rows)
+    atomic_write_jsonl(out_dir / f"predictions_{split}.jsonl", rows)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    metrics = compute_metrics([r["prediction"] for r in rows], [r["reference"] for r in rows], rc.metrics,
+                              device=device)
+    return metrics | {
+        "split": split,
+        "n_examples": len(rows),
+        "generation_time_s": round(gen_time, 2),
+        "input_tokens_per_s": round(n_tokens / max(gen_time, 1e-9), 1),
+    }
+
+
+def git_commit() -> str:
+    """HEAD's hash, with '-dirty' when the tree has uncommitted changes ('unknown' outside git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=5).stdout.strip()
+        return head + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def command_line() -> str:
+    """The command that started this process, as a user would type it again."""
+    import shlex
+    import sys
+
+    argv = list(sys.argv)
+    if argv and argv[0].endswith(".py"):
+        argv = ["python", Path(argv[0]).name, *argv[1:]]
+    elif argv and Path(argv[0]).name.startswith("scaleformer"):
+        argv = [Path(argv[0]).name, *argv[1:]]
+    return shlex.join(argv)

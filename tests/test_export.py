@@ -1,0 +1,143 @@
+"""Exports worth publishing: model card, method record, Hub ids, the opt-in push, load_from_checkpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import compose
+
+from scaleformer.export.folder import META_FILE, read_meta
+from scaleformer.export.hub import push_to_hub
+from scaleformer.export.summarizer import Summarizer
+from scaleformer.model.hub import HubUnreachableError
+from scaleformer.runs.run import run
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[dict, Path, Path]:
+    tmp = tmp_path_factory.mktemp("export")
+    result = run(compose([f"paths.root={tmp}/results", f"paths.cache={tmp}/cache", "seed=5",
+                          "method=scaleformer_middle", "data.synthetic_docs.train=3",
+                          "data.synthetic_docs.validation=2", "data.synthetic_docs.test=0", "data.splits.test=null",
+                          "trainer.max_steps=2", "trainer.eval_splits=[validation]",
+                          "trainer.enable_progress_bar=false", "generation.num_beams=2",
+                          "generation.max_new_tokens=10", "metrics.bertscore.enabled=false"]))
+    run_dir = tmp / "results" / "runs" / result["run_id"]
+    return result, run_dir, tmp
+
+
+def _front_matter(card: str) -> dict:
+    assert card.startswith("---\n")
+    return yaml.safe_load(card.split("---\n")[1])
+
+
+def test_the_folder_holds_a_method_record_and_a_model_card_with_the_scores(trained):
+    result, run_dir, _ = trained
+    model = run_dir / "model"
+    meta = read_meta(model)
+    assert meta["method"]["option"] == "scaleformer_middle" and meta["method"]["config"]["middle_tokens"] > 0
+    assert meta["run"]["run_id"] == result["run_id"] and meta["run"]["step"] == 2
+    assert meta["run"]["training_hash"] == result["training_hash"] and meta["run"]["command"]
+    assert meta["data"] == "synthetic" and meta["metrics"]["rouge_tokenizer"] == "scrolls"
+    assert set(meta["versions"]) >= {"scaleformer", "torch", "transformers", "lightning"}
+    assert meta["evaluation"]["splits"]["validation"]["rouge1"] == result["splits"]["validation"]["rouge1"]
+    card = (model / "README.md").read_text()
+    front = _front_matter(card)
+    assert front["pipeline_tag"] == "summarization" and "scaleformer_middle" in front["tags"]
+    scores = front["model-index"][0]["results"][0]["metrics"]
+    assert {"type": "rouge1", "value": round(result["splits"]["validation"]["rouge1"], 2)} in scores
+    for text in ("## Method", "`middle_tokens`", "## Evaluation", "## How it was made", "Summarizer.from_pretrained"):
+        assert text in card, text
+
+
+def test_load_from_checkpoint_rebuilds_the_module_and_its_predictions(trained):
+    from scaleformer.runs.module import SummarizationModule
+
+    result, run_dir, _ = trained
+    module = SummarizationModule.load_from_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=True,
+                                                      map_location="cpu")
+    assert module.method.cfg.name == "scaleformer" and module.hparams["run_config"]["seed"] == 5
+    rows = [json.loads(line) for line in next(run_dir.glob("eval/step_2-*/predictions_validation.jsonl"))
+            .read_text().splitlines()]
+    summarize = Summarizer.from_pretrained(run_dir / "model", device="cpu")
+    for r in rows:  # the rebuilt module and the exported folder both give the run's own predictions
+        text = _document(trained, r["id"])
+        ids = module.tokenizer(text, add_special_tokens=True)["input_ids"]
+        batch = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+        module.eval()
+        assert module.generate(batch)[0].strip() == r["prediction"] == summarize(text)
+
+
+def _document(trained, doc_id: str) -> str:
+    _, _, tmp = trained
+    for f in (tmp / "cache").rglob("validation.jsonl"):
+        for line in f.read_text().splitlines():
+            row = json.loads(line)
+            if row["id"] == doc_id:
+                return row["input"]
+    raise KeyError(doc_id)
+
+
+class FakeHub:
+    """Records what huggingface_hub.HfApi would be asked to do; nothing leaves the machine."""
+
+    def __init__(self):
+        self.calls = []
+
+    def create_repo(self, **kw):
+        self.calls.append(("create_repo", kw))
+        return f"https://huggingface.co/{kw['repo_id']}"
+
+    def upload_folder(self, **kw):
+        self.calls.append(("upload_folder", {**kw, "files": sorted(p.name for p in Path(kw["folder_path"]).iterdir())}))
+
+
+def test_push_sends_the_whole_folder_through_the_hub_api(trained, tmp_path):
+    _, run_dir, _ = trained
+    api = FakeHub()
+    url = push_to_hub(run_dir / "model", "me/tiny-scaleformer", private=True, api=api)
+    assert url == "https://huggingface.co/me/tiny-scaleformer"
+    (c1, create), (c2, upload) = api.calls
+    assert (c1, c2) == ("create_repo", "upload_folder")
+    assert create["private"] is True and create["exist_ok"] is True and create["repo_type"] == "model"
+    assert upload["repo_id"] == "me/tiny-scaleformer"
+    assert {"README.md", META_FILE, "config.json", "model.safetensors"} <= set(upload["files"])
+    assert "scaleformer_middle" in upload["commit_message"]
+    not_export = tmp_path / "plain"
+    not_export.mkdir()
+    with pytest.raises(FileNotFoundError, match="not an exported scaleformer model"):
+        push_to_hub(not_export, "me/x", api=FakeHub())
+
+
+def test_push_command_uses_the_same_path(trained, monkeypatch, capsys):
+    from scaleformer.cli import push
+
+    _, run_dir, _ = trained
+    api = FakeHub()
+    monkeypatch.setattr("huggingface_hub.HfApi", lambda token=None: api)
+    assert push.main(["--model", str(run_dir / "model"), "--repo", "me/tiny"]) == 0
+    assert [c for c, _ in api.calls] == ["create_repo", "upload_folder"]
+    assert "pushed" in capsys.readouterr().err
+
+
+def test_a_hub_id_offline_is_one_line_and_a_cached_copy_loads(trained, tmp_path, monkeypatch):
+    _, run_dir, _ = trained
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(HubUnreachableError) as e:
+        Summarizer.from_pretrained("me/not-cached", device="cpu")
+    assert "\n" not in str(e.value) and "me/not-cached" in str(e.value)
+    # a snapshot in the local cache (as `hf download` leaves it) is found by its id
+    snap = tmp_path / "hub" / "models--me--cached" / "snapshots" / "abc"
+    snap.parent.mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(run_dir / "model", snap)
+    (tmp_path / "hub" / "models--me--cached" / "refs").mkdir()
+    (tmp_path / "hub" / "models--me--cached" / "refs" / "main").write_text("abc")
+    summarize = Summarizer.from_pretrained("me/cached", device="cpu", num_beams=1)
+    assert summarize.folder == snap and isinstance(summarize("The ledger of Ash Crossing."), str)

@@ -1,0 +1,171 @@
+"""The package's shape: no import cycles, imports pointing down the layers, subpackages that say what
+lives in them, one version source, and a wheel that carries its configs.
+
+The import graph counts every import the code can execute, those inside functions included (a
+deferred import hides a cycle, it does not remove it); only ``if TYPE_CHECKING:`` blocks are left out.
+Importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` first, so those count as edges too.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+import zipfile
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+PKG = ROOT / "scaleformer"
+# Layers, bottom first: a module may import its own layer and the ones below, never above.
+LAYERS = [
+    {"errors", "io", "resources"},
+    {"config"},
+    {"ops"},
+    {"methods"},
+    {"model"},
+    {"data"},
+    {"metrics"},
+    {"export"},
+    {"runs", "bench"},
+    {"artifacts"},
+    {"cli"},
+]
+TOP_LEVEL_MODULES = {"__init__", "errors", "io", "resources", "config"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in PKG.rglob("*.py"):
+        parts = list(p.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+def _imports(tree: ast.AST, mods: dict[str, Path]) -> set[str]:
+    found: set[str] = set()
+
+    def walk(node: ast.AST) -> None:
+        for ch in ast.iter_child_nodes(node):
+            if isinstance(ch, ast.If) and "TYPE_CHECKING" in ast.unparse(ch.test):
+                continue
+            if isinstance(ch, ast.ImportFrom) and ch.module and ch.module.startswith("scaleformer") and not ch.level:
+                for a in ch.names:
+                    sub = f"{ch.module}.{a.name}"
+                    found.add(sub if sub in mods else ch.module)
+            elif isinstance(ch, ast.Import):
+                found.update(a.name for a in ch.names if a.name.startswith("scaleformer"))
+            walk(ch)
+
+    walk(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = _modules()
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in mods.items():
+        for target in _imports(ast.parse(path.read_text()), mods):
+            parts = target.split(".")
+            for i in range(2, len(parts) + 1):  # the packages on the way are imported first
+                t = ".".join(parts[:i])
+                if t in mods and t != name and not name.startswith(t + "."):
+                    edges[name].add(t)
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted({*edges, *(w for ws in edges.values() for w in ws)}):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return None  # the package root: re-exports for users, lazily
+    return next(i for i, names in enumerate(LAYERS) if parts[1] in names)
+
+
+def test_the_import_graph_has_no_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_one():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_imports_point_down_the_layers():
+    upward = [f"{a} -> {b}" for a, targets in import_graph().items() for b in targets
+              if _layer(a) is not None and _layer(b) is not None and _layer(b) > _layer(a)]
+    assert upward == []
+
+
+def test_every_module_has_a_layer_and_the_root_holds_no_kernel_or_infrastructure():
+    roots = {p.stem for p in PKG.glob("*.py")}
+    assert roots == TOP_LEVEL_MODULES, roots ^ TOP_LEVEL_MODULES
+    packages = {p.parent.name for p in PKG.glob("*/__init__.py")}
+    assert packages == set().union(*LAYERS) - TOP_LEVEL_MODULES, packages
+
+
+@pytest.mark.parametrize("package", sorted(p.parent.name for p in PKG.glob("*/__init__.py")))
+def test_each_subpackage_says_what_lives_in_it(package):
+    doc = ast.get_docstring(ast.parse((PKG / package / "__init__.py").read_text()))
+    assert doc and len(doc) > 80, f"scaleformer/{package}/__init__.py needs a docstring naming its modules"
+
+
+def test_one_version_source():
+    import scaleformer
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "scaleformer.__version__"}
+    assert f"## {scaleformer.__version__}" in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_the_wheel_carries_configs_specs_and_assets(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    wheel = next(tmp_path.glob("scaleformer-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {str(p.relative_to(ROOT)) for d in ("conf", "experiments") for p in (PKG / d).rglob("*.yaml")}
+    shipped |= {str(p.relative_to(ROOT)) for p in (PKG / "assets").rglob("*") if p.is_file()}
+    assert shipped - names == set()
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    scripts = zipfile.ZipFile(wheel).read(entry).decode()
+    for command in ("scaleformer = scaleformer.cli:main", "scaleformer-train", "scaleformer-summarize"):
+        assert command in scripts
