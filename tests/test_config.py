@@ -175,3 +175,18 @@ def test_a_bad_logger_argument_fails_before_the_model_is_built(tmp_path):
     rc = to_config(compose([f"paths.root={tmp_path}", "+logger.csv.no_such_argument=1"]))
     with pytest.raises(ConfigError, match=r"logger\.csv .*no_such_argument"):
         instantiate_all(rc.logger, "logger")
+
+
+def test_a_users_config_dir_joins_the_search_path(tmp_path):
+    """`train.py --config-dir DIR` (and `scaleformer train --config-dir DIR`) adds the user's own group options."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    (tmp_path / "method").mkdir()
+    (tmp_path / "method" / "my_sled.yaml").write_text("defaults:\n  - sled\n  - _self_\noverlap: 64\n")
+    proc = subprocess.run([sys.executable, "train.py", "--config-dir", str(tmp_path), "method=my_sled", "--cfg",
+                           "job"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "overlap: 64" in proc.stdout and "name: sled" in proc.stdout

@@ -86,23 +86,30 @@ def test_readme_summarize_commands(tmp_path, tmp_path_factory):
     (tmp_path / "report.txt").write_text(text)
     (tmp_path / "book.txt").write_text(text * 3)
     (tmp_path / "docs.jsonl").write_text(json.dumps({"id": "a", "document": text}) + "\n")
-    lines = [line for line in _bash_lines() if "-m scaleformer.export.summarizer" in line]
+    lines = [line for line in _bash_lines() if line.startswith(".venv/bin/scaleformer summarize")]
     assert len(lines) >= 2
     for line in lines:
         args = [str(model) if a in ("DIR", "results/runs/<run>/model") else
-                str(tmp_path / a) if a.endswith((".txt", ".jsonl")) else a for a in shlex.split(line)[3:]]
-        proc = subprocess.run([sys.executable, "-m", "scaleformer.export.summarizer", *args], cwd=ROOT, env=_env(),
-                              capture_output=True, text=True, timeout=300)
+                str(tmp_path / a) if a.endswith((".txt", ".jsonl")) else a for a in shlex.split(line)[2:]]
+        proc = subprocess.run([sys.executable, "-m", "scaleformer.cli", "summarize", *args], cwd=ROOT,
+                              env=_env(), capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, (line, proc.stderr[-3000:])
+        out = args[args.index("--output") + 1] if "--output" in args else None
+        if out:
+            assert Path(out).read_text().strip(), line
+        elif "docs.jsonl" in line:
+            assert (tmp_path / "docs.summaries.jsonl").read_text().strip(), line
+        else:
+            assert proc.stdout.strip(), (line, "no summary printed")
 
 
 def test_readme_score_command(tmp_path, tmp_path_factory):
     proc = _run_train([], tmp_path, tmp_path_factory.getbasetemp() / "readme_cache")
     assert proc.returncode == 0, proc.stderr[-3000:]
     preds = next(tmp_path.rglob("predictions_validation.jsonl"))
-    line = next(line for line in _bash_lines() if "scripts/score.py" in line)
+    line = next(line for line in _bash_lines() if line.startswith(".venv/bin/scaleformer score"))
     args = [preds if "<run>" in a else a for a in shlex.split(line)[2:]]
-    score = subprocess.run([sys.executable, "scripts/score.py", *map(str, args)], cwd=ROOT, env=_env(),
-                           capture_output=True, text=True, timeout=300)
+    score = subprocess.run([sys.executable, "-m", "scaleformer.cli", "score", *map(str, args)], cwd=ROOT,
+                           env=_env(), capture_output=True, text=True, timeout=300)
     assert score.returncode == 0, score.stderr[-3000:]
     assert "rouge1" in score.stdout

@@ -67,3 +67,4 @@ def alias(name: str) -> Callable[[], int]:
 
 # console aliases: scaleformer-train, ... (module names stay free for the commands themselves)
 run_train, run_summarize, run_score, run_reproduce, run_bench, run_push = (alias(n) for n in COMMANDS)
+
