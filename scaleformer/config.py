@@ -74,7 +74,7 @@ class DataConfig:
     hub_config: str | None = None
     revision: str | None = None
     # split -> file(s), passed to load_dataset(data_files=...); used with a builder like "json".
-    data_files: dict[str, Any] | None = None
+    data_files: Any = None  # a mapping (or a list or string), as load_dataset takes it
     path: str | None = None
     input_field: str = "input"
     target_field: str = "output"
@@ -305,6 +305,9 @@ class Config:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     seed: int = 42
+    # Module prefixes a logger's or callback's `_target_` may come from besides Lightning's and this
+    # project's (an experiment file must not instantiate arbitrary code, e.g. builtins.open).
+    allowed_targets: list[str] = field(default_factory=list)
     # The run folder's name; default <data>-<method option>-<backbone>-<training identity hash>.
     run_name: str | None = None
     # Free-form label saved with the results (e.g. which artifact asked for the run).
@@ -314,6 +317,39 @@ class Config:
     # The config group options the run was composed from (group -> option), filled by train.py and
     # compose_config from Hydra; runs, tables and metrics.json name the method by its option.
     choices: dict[str, Any] = field(default_factory=dict)
+
+
+    def __post_init__(self) -> None:
+        check(0 <= self.seed < 2**32, "seed", self.seed, "must be in [0, 2**32 - 1] (numpy's seed range)")
+        for prefix in self.allowed_targets:
+            check(isinstance(prefix, str) and bool(prefix.strip(".")), "allowed_targets", prefix,
+                  "entries must be module prefixes such as my_package.callbacks")
+
+
+# `_target_` prefixes the logger and callbacks groups may always instantiate.
+TARGET_PREFIXES = ("lightning.", "pytorch_lightning.", "scaleformer.")
+
+
+def check_targets(group: str, nodes: dict[str, Any], allowed: list[str]) -> None:
+    """Every `_target_` in a user-facing group (and nested in its arguments) comes from an allowed module."""
+    prefixes = (*TARGET_PREFIXES, *(p if p.endswith(".") else p + "." for p in allowed))
+
+    def walk(key: str, node: Any) -> None:
+        if isinstance(node, dict):
+            target = node.get("_target_")
+            if target is not None and not (isinstance(target, str) and target.startswith(prefixes)):
+                raise ConfigError(
+                    f"{key}._target_={target!r}: not instantiated: a {group} target must come from "
+                    f"{', '.join(p.rstrip('.') for p in TARGET_PREFIXES)} or a module prefix listed in "
+                    "allowed_targets (e.g. +allowed_targets=[my_package])")
+            for k, v in node.items():
+                walk(f"{key}.{k}", v)
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(f"{key}[{i}]", v)
+
+    for name, node in nodes.items():
+        walk(f"{group}.{name}", node)
 
 
 def register_configs() -> None:

@@ -95,11 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_json(path, out)
     keys = [k for k in ("rouge1", "rouge2", "rougeL", "fact_recall", "fact_field_recall")
             if k in out["baselines"]["own document"]["scores"]]
-    print(f"{'input':<20}" + "".join(f"{k:>19}" for k in keys))
+    print(f"{'input':<20}" + "".join(f"{COLUMN_LABELS[k]:>12}" for k in keys))
     for name, b in out["baselines"].items():
-        print(f"{name:<20}" + "".join(f"{b['scores'][k]:>19.2f}" for k in keys))
+        print(f"{name:<20}" + "".join(f"{b['scores'][k]:>12.2f}" for k in keys))
     print(f"wrote {path}")
     return 0
+
+
+# The names the README and the run summary use for these scores.
+COLUMN_LABELS = {"rouge1": "R-1", "rouge2": "R-2", "rougeL": "R-L", "fact_recall": "Facts",
+                 "fact_field_recall": "Fact parts"}
 
 
 def _scores(m: dict[str, Any]) -> dict[str, float]:

@@ -67,8 +67,10 @@ def test_a_fresh_start_replaces_the_runs_checkpoints(tmp_path):
     ckpts = _run_dir(first, tmp_path / "results") / "checkpoints"
     assert (ckpts / "step_4.ckpt").exists()
     run(compose(_tiny(tmp_path, "trainer.max_steps=2", "trainer.ckpt_path=null")))
-    assert sorted(p.name for p in ckpts.iterdir()) == ["last.ckpt", "step_2.ckpt"]
+    assert sorted(p.name for p in ckpts.iterdir()) == ["last.ckpt", "replaced", "step_2.ckpt"]
     assert checkpoints.peek(ckpts / "last.ckpt")["step"] == 2
+    kept = list((ckpts / "replaced").glob("*/step_4.ckpt"))  # moved aside, never deleted
+    assert len(kept) == 1 and checkpoints.peek(kept[0])["step"] == 4
 
 
 def test_a_checkpoint_of_another_method_is_refused_naming_both(tmp_path):
@@ -128,6 +130,7 @@ def _crash_resume(tmp_path: Path, crash: str) -> tuple[str, str]:
     straight = run(compose(_tiny(tmp_path, *base, root="straight")))
     with pytest.raises(RuntimeError, match="simulated crash"):
         run(compose(_tiny(tmp_path, *base, f"+callbacks.crash._target_={crash}", "+callbacks.crash.step=5",
+                          "allowed_targets=[tests.helpers]",
                           root="resumed")))
     resumed = run(compose(_tiny(tmp_path, *base, root="resumed")))
     return _predictions(straight, tmp_path / "straight"), _predictions(resumed, tmp_path / "resumed")
@@ -247,7 +250,8 @@ def test_a_killed_run_resumes_to_byte_identical_predictions(tmp_path):
                  "method=scaleformer_middle", root="killed")
     straight = run(compose(_tiny(tmp_path, "trainer.max_steps=6", "trainer.checkpoint_every_n_steps=3",
                                  "method=scaleformer_middle", root="straight")))
-    killed = _train_py(*base, "+callbacks.kill._target_=tests.helpers.KillAt", "+callbacks.kill.step=5")
+    killed = _train_py(*base, "+callbacks.kill._target_=tests.helpers.KillAt", "+callbacks.kill.step=5",
+                      "allowed_targets=[tests.helpers]")
     assert killed.returncode == 137
     resumed = _train_py(*base)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -316,4 +320,5 @@ def test_input_blind_baselines_score_the_model_without_its_input(tmp_path, capsy
     own, swapped = (out["baselines"][k]["predictions"] for k in ("own document", "another document"))
     assert own[0] != own[1] and swapped == own[::-1], "each document's baseline reads the other's input"
     assert len(set(out["baselines"]["training summary"]["predictions"])) == 1
-    assert "fact_recall" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "Facts" in printed and "Fact parts" in printed and "fact_field_recall" not in printed

@@ -80,6 +80,11 @@ def column_label(spec: dict[str, Any], profile: str, key: str) -> str:
     return check_profile(spec, profile).get("labels", {}).get(key, key)
 
 
+def title(spec: dict[str, Any], profile: str) -> str:
+    """The artifact's title: the profile's own where it plots other data than the paper's."""
+    return str(check_profile(spec, profile).get("title", spec["title"]))
+
+
 def method_available(option: str) -> bool:
     """A grid's method is runnable when conf/method/<option>.yaml exists (it names a registered method)."""
     return (conf_dir() / "method" / f"{option}.yaml").exists()

@@ -16,6 +16,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
+from scaleformer.errors import redact_all
 from scaleformer.io import atomic_write_json
 
 log = logging.getLogger("scaleformer")
@@ -27,9 +28,9 @@ def record_job_failure(error: BaseException) -> None:
 
     hc = HydraConfig.get()
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    atomic_write_json(Path(hc.runtime.output_dir) / "failed.json", {
+    atomic_write_json(Path(hc.runtime.output_dir) / "failed.json", redact_all({
         "job": hc.job.num, "overrides": list(hc.overrides.task), "error": first,
-        "time": time.strftime("%Y-%m-%d %H:%M:%S")})
+        "time": time.strftime("%Y-%m-%d %H:%M:%S")}))
 
 
 class FailedCells(Callback):

@@ -19,6 +19,7 @@ import csv
 import io
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from scaleformer.artifacts.grid import (
     expand_grid,
     profile_metrics,
     resolve_run_ids,
+    title,
     truncation_ceilings,
 )
 from scaleformer.io import atomic_write_bytes, atomic_write_text
@@ -42,19 +44,20 @@ class Collected:
     problems: list[str] = field(default_factory=list)
 
 
-def collect(cells: list[Cell]) -> Collected:
-    """Read each cell's metrics.json; report missing and corrupt files by name."""
+def collect(cells: list[Cell], label: Callable[[str], str] = str) -> Collected:
+    """Read each cell's metrics.json; report missing and corrupt files by name (``label``: a column's name
+    as the table prints it, so "missing:" lines say "synthetic 0.2k", not the paper's data set)."""
     out = Collected()
     for c in cells:
         if not c.available:
             continue
         path = Path(str(c.result_dir)) / RESULTS_FILE
         if not path.exists():
-            out.problems.append(f"missing: {path} ({c.method} on {c.key})")
+            out.problems.append(f"missing: {path} ({c.method} on {label(c.key)})")
             continue
         result = Results.read(path.parent)
         if result is None or not isinstance(result.splits, dict):
-            out.problems.append(f"corrupt: {path} ({c.method} on {c.key}): skipped")
+            out.problems.append(f"corrupt: {path} ({c.method} on {label(c.key)}): skipped")
             continue
         out.results[(c.key, c.method, c.value)] = result
     for p in out.problems:
@@ -123,7 +126,7 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: 
                                  for m in metrics]]
     renamed = [f"{column_label(spec, profile, d)} = the paper's {d}" for d in datasets
                if column_label(spec, profile, d) != d]
-    lines = [f"# {spec['title']}", "",
+    lines = [f"# {title(spec, profile)}", "",
              "Each cell: ours (paper, ours - paper). `–`: no number (see status below). dev = validation "
              "split; test = test split (scored locally only where references are public).", ""]
     if renamed:
@@ -195,7 +198,7 @@ def build_table(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
     """Write <artifact>.md/.csv/.tex from the results files under ``root``; returns the paths written."""
     cells = expand_grid(spec, profile, methods)
     resolve_run_ids(cells, root)
-    got = collect(cells)
+    got = collect(cells, lambda key: column_label(spec, profile, key))
     metrics = profile_metrics(spec, profile)
     ceilings = None
     if "fact_recall" in metrics:
@@ -219,7 +222,7 @@ def build_figure(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
 
     cells = expand_grid(spec, profile)
     resolve_run_ids(cells, root)
-    got = collect(cells)
+    got = collect(cells, lambda key: f"{spec['sweeps'][key]['key']}")
     extra = [m for m in profile_metrics(spec, profile) if m != spec["metric"]]
     rows = []
     for c in cells:
@@ -250,7 +253,7 @@ def build_figure(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
             ax.set_ylabel(labels.get(metric, metric))
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-    fig.suptitle(spec["title"], fontsize=9)
+    fig.suptitle(title(spec, profile), fontsize=9)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120)

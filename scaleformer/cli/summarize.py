@@ -34,16 +34,67 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def _read_text(path: Path) -> str:
+    """The file's text, strictly UTF-8: a Latin-1 file decoded loosely would be summarized as mojibake."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SystemExit(f"error: --input {path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); "
+                         f"convert it first, e.g. iconv -f latin1 -t utf-8 {path} > {path.stem}.utf8.txt") from None
+    if not text.strip():
+        raise SystemExit(f"error: --input {path}: the document is empty")
+    return text
+
+
 def _read_jsonl(path: Path, field: str, id_field: str) -> tuple[list[str], list[str]]:
-    from scaleformer.io import read_jsonl
+    from scaleformer.io import iter_jsonl
 
     ids, texts = [], []
-    for n, row in enumerate(read_jsonl(path), 1):
-        if not isinstance(row.get(field), str):
-            raise SystemExit(f"error: {path}:{n}: field {field!r} missing or not a string (--field names it)")
-        ids.append(str(row.get(id_field, n)))
-        texts.append(row[field])
+    try:
+        for n, row in iter_jsonl(path):
+            if not isinstance(row, dict):
+                raise SystemExit(f"error: {path}:{n}: each line must be a JSON object like {{\"{field}\": \"...\"}}, "
+                                 f"got a {type(row).__name__}")
+            if not isinstance(row.get(field), str):
+                raise SystemExit(f"error: {path}:{n}: field {field!r} missing or not a string (--field names it)")
+            if not row[field].strip():
+                raise SystemExit(f"error: {path}:{n}: field {field!r} is empty: nothing to summarize")
+            ids.append(str(row.get(id_field, n)))
+            texts.append(row[field])
+    except (ValueError, UnicodeDecodeError) as e:  # malformed JSON or not UTF-8: the reader names file:line
+        raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+    if not texts:
+        raise SystemExit(f"error: --input {path}: no documents (the file has no non-empty line)")
     return ids, texts
+
+
+def _check_device(device: str | None) -> None:
+    """cpu, cuda or cuda:N that exists here: checked before the model is loaded."""
+    import re
+
+    if device is None:
+        return
+    m = re.fullmatch(r"(cpu|cuda|mps)(?::(\d+))?", device)
+    if m is None:
+        raise SystemExit(f"error: --device {device!r}: expected cpu, cuda or cuda:N")
+    import torch
+
+    if m.group(1) == "cuda":
+        count = torch.cuda.device_count()
+        index = int(m.group(2) or 0)
+        if index >= count:
+            raise SystemExit(f"error: --device {device!r}: this machine has {count} CUDA device(s)"
+                             + (f"; use cuda:0 ... cuda:{count - 1}" if count else "; use --device cpu"))
+    if m.group(1) == "mps" and not torch.backends.mps.is_available():
+        raise SystemExit(f"error: --device {device!r}: MPS is not available here; use --device cpu")
+
+
+def _check_method(option: str | None) -> None:
+    from scaleformer.resources import group_options
+
+    if option is not None and option not in (options := group_options("method")):
+        raise SystemExit(f"error: --method {option!r}: not a method option; choose one of {', '.join(options)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,7 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     args = ap.parse_args(argv)
 
+    from scaleformer.errors import ConfigError, redact
     from scaleformer.io import atomic_write_jsonl, atomic_write_text
+    from scaleformer.model.hub import HubUnreachableError
     from scaleformer.runs.console import quiet
 
     quiet()
@@ -70,20 +123,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"error: --input {src}: must be a .txt or .jsonl file")
     if not src.is_file():
         raise SystemExit(f"error: --input {src}: no such file")
+    _check_device(args.device)
+    _check_method(args.method)
+    text = _read_text(src) if src.suffix == ".txt" else None
+    ids, texts = _read_jsonl(src, args.field, args.id_field) if text is None else ([], [])
     gen = {k: v for k, v in (("num_beams", args.num_beams), ("max_new_tokens", args.max_new_tokens)) if v}
     try:
         summarizer = Summarizer.from_pretrained(args.model, method=args.method, overrides=_parse_set(args.set),
                                                 device=args.device, **gen)
-    except (FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"error: {e}") from None
-    if src.suffix == ".txt":
-        summary = summarizer.summarize([src.read_text(encoding="utf-8")], progress=True)[0]
+    except (FileNotFoundError, ValueError, ConfigError, HubUnreachableError) as e:
+        raise SystemExit(f"error: {redact(str(e).splitlines()[0])}") from None
+    if text is not None:
+        summary = summarizer.summarize([text], progress=True)[0]
         if args.output:
             atomic_write_text(args.output, summary + "\n")
         else:
             print(summary)
         return 0
-    ids, texts = _read_jsonl(src, args.field, args.id_field)
     summaries = summarizer.summarize(texts, progress=True)
     out = Path(args.output) if args.output else src.with_suffix(".summaries.jsonl")
     atomic_write_jsonl(out, [{"id": i, "summary": s} for i, s in zip(ids, summaries)])

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scaleformer.config import DataConfig
+from scaleformer.errors import Redacting
 from scaleformer.model.hub import HubUnreachableError
 
 
-class DataError(ValueError):
+class DataError(Redacting, ValueError):
     """Bad data or an unusable source; the message names the file/dataset, line and field."""
 
 

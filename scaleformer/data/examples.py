@@ -66,6 +66,17 @@ def _bad_type(loc: str, field: str, key: str, value: Any, expected: str) -> Data
     return DataError(f"{loc}: field {field!r} (data.{key}) must be {expected}, got {kind}")
 
 
+def _unicode(value: str, loc: str, field: str, key: str) -> str:
+    """A text that is valid Unicode: JSON's ``\\ud800`` escapes give lone surrogates, which no
+    tokenizer, file or metric can take."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise DataError(f"{loc}: field {field!r} (data.{key}) holds a lone surrogate ({value[e.start]!r} at "
+                        f"character {e.start}): not valid Unicode text") from None
+    return value
+
+
 def _string(obj: dict[str, Any], field: str, key: str, loc: str) -> str:
     """A text field: a string, or null for an empty text (counted as skipped)."""
     value = obj[field]
@@ -73,7 +84,7 @@ def _string(obj: dict[str, Any], field: str, key: str, loc: str) -> str:
         return ""
     if not isinstance(value, str):
         raise _bad_type(loc, field, key, value, "a string (or null)")
-    return value
+    return _unicode(value, loc, field, key)
 
 
 def _targets(obj: dict[str, Any], field: str, loc: str) -> list[str]:
@@ -82,22 +93,24 @@ def _targets(obj: dict[str, Any], field: str, loc: str) -> list[str]:
     if value is None:
         return [""]
     if isinstance(value, str):
-        return [value]
+        return [_unicode(value, loc, field, "target_field")]
     if not isinstance(value, list):
         raise _bad_type(loc, field, "target_field", value, "a string, null or a list of strings (several references)")
     for i, item in enumerate(value):
         if not isinstance(item, str):
             raise _bad_type(loc, f"{field}[{i}]", "target_field", item, "a string (one reference)")
+        _unicode(item, loc, f"{field}[{i}]", "target_field")
     return value or [""]
 
 
 def _row_id(obj: dict[str, Any], field: str, loc: str) -> str:
-    """An id: a non-empty string or an integer (hub sets such as BookSum number their documents)."""
+    """An id: a non-empty string or an integer (hub sets such as BookSum number their documents);
+    integers become their decimal text, so ids are compared as strings."""
     value = obj[field]
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     if isinstance(value, str) and value.strip():
-        return value
+        return _unicode(value, loc, field, "id_field")
     raise _bad_type(loc, field, "id_field", "" if isinstance(value, str) else value,
                     "a non-empty string or an integer (or set data.id_field=null to number the rows)")
 
@@ -118,10 +131,17 @@ def to_rows(raw: RawSplit, cfg: DataConfig) -> list[Row]:
     """
     rows: list[Row] = []
     first: dict[str, Row] = {}
+    id_kind: dict[str, tuple[Any, str]] = {}  # id text -> (the value it first came as, where)
     for n, (pos, obj) in enumerate(raw.records):
         loc = locate(raw.where, pos)
         check_fields(loc, list(obj), cfg)
         row_id = _row_id(obj, cfg.id_field, loc) if cfg.id_field else f"{raw.id_stem}-{n}"
+        if cfg.id_field:
+            value, where = id_kind.setdefault(row_id, (obj[cfg.id_field], loc))
+            if type(value) is not type(obj[cfg.id_field]):
+                raise DataError(f"{where} and {loc}: ids {value!r} and {obj[cfg.id_field]!r} (field "
+                                f"{cfg.id_field!r}, data.id_field) are an integer and a string with the same text: "
+                                "they would merge into one document; use one type for every id")
         text = _string(obj, cfg.input_field, "input_field", loc)
         prefix = _string(obj, cfg.prefix_field, "prefix_field", loc) if cfg.prefix_field else None
         targets = _targets(obj, cfg.target_field, loc)

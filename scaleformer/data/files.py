@@ -20,6 +20,7 @@ from typing import Any
 
 from scaleformer.config import DataConfig
 from scaleformer.data.errors import DataError, check_fields, required_fields
+from scaleformer.io import parse_json
 
 EXTENSIONS = ("jsonl", "json", "parquet", "csv")
 
@@ -38,10 +39,7 @@ def _jsonl(path: Path) -> Records:
                 raise DataError(f"{path}:{lineno}: line is not valid UTF-8 ({e.reason} at byte {e.start})") from None
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{lineno}: malformed JSON line ({e.msg}, column {e.colno})") from None
+            obj = parse_json(line, f"{path}:{lineno}", "malformed JSON line", DataError)
             if not isinstance(obj, dict):
                 raise DataError(f"{path}:{lineno}: expected a JSON object per line, got {type(obj).__name__}")
             yield f"line {lineno}", obj
@@ -66,6 +64,8 @@ def _json(path: Path) -> Records:
             yield from _jsonl(path)
             return
         raise DataError(f"{path}:{e.lineno}: malformed JSON ({e.msg}, column {e.colno})") from None
+    except (ValueError, RecursionError):
+        obj = parse_json(text, str(path), "malformed JSON", DataError)  # the same error, as one line
     if isinstance(obj, dict):
         lists = {k: v for k, v in obj.items() if isinstance(v, list)}
         if len(lists) == 1 and all(isinstance(x, dict) for x in next(iter(lists.values()))):
@@ -81,14 +81,42 @@ def _json(path: Path) -> Records:
 
 
 def _csv(path: Path) -> Records:
+    """Strictly (the standard ``csv`` module, ``strict=True``): a row whose field count differs from the
+    header's (an unquoted comma, a missing column), a quote never closed, a duplicated header column are
+    errors naming file:line, never a shifted or dropped field."""
     text = _decode_whole(path)
     csv.field_size_limit(sys.maxsize)  # documents are longer than csv's 128 KiB default
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    start = 1  # the line a row starts on (a quoted field may span lines)
+
+    def bad(e: csv.Error) -> DataError:
+        hint = ": a quoted field is never closed" if "end of data" in str(e) else ""
+        return DataError(f"{path}:{start}: malformed CSV ({e}){hint}")
+
     try:
-        for row in reader:
-            yield f"line {reader.line_num}", row
+        header = next(reader, None)
     except csv.Error as e:
-        raise DataError(f"{path}:{reader.line_num}: malformed CSV ({e})") from None
+        raise bad(e) from None
+    if header is None:
+        return
+    dup = next((h for h in header if header.count(h) > 1), None)
+    if dup is not None:
+        raise DataError(f"{path}:1: column {dup!r} appears twice in the header: rename one")
+    while True:
+        start = reader.line_num + 1
+        try:
+            row = next(reader, None)
+        except csv.Error as e:
+            raise bad(e) from None
+        if row is None:
+            return
+        if not row:  # a blank line
+            continue
+        if len(row) != len(header):
+            why = ("an unquoted comma inside a field? quote fields that contain commas" if len(row) > len(header)
+                   else "a missing column")
+            raise DataError(f"{path}:{start}: {len(row)} fields where the header has {len(header)} ({why})")
+        yield f"line {start}", dict(zip(header, row))
 
 
 def _parquet(path: Path, cfg: DataConfig) -> Records:

@@ -11,8 +11,10 @@ probe), a hub load stops at once with a message saying how to use a local copy, 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import stat
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -24,6 +26,7 @@ from scaleformer.data import synthetic
 from scaleformer.data.errors import DataError, HubUnavailableError, check_fields, required_fields
 from scaleformer.data.examples import RawSplit
 from scaleformer.data.files import EXTENSIONS, file_records, header_fields
+from scaleformer.errors import redact
 from scaleformer.model.hub import offline_mode as hub_offline
 from scaleformer.model.hub import unreachable_reason
 
@@ -93,6 +96,9 @@ class LocalSource(Source):
             have = sorted(p.name for p in path.iterdir())
             raise DataError(f"data.path={path}: no {name}.jsonl/.json/.parquet/.csv for the {role} split "
                             f"(the folder has {have}); add it, or set data.splits.{role}=null to skip it")
+        if path.exists():  # a FIFO, a device (/dev/zero), a socket: never read (it may block or never end)
+            raise DataError(f"data.path={path}: not a regular file or folder ({_kind(path)}); point data.path at "
+                            "a .jsonl/.json/.parquet/.csv file or a folder of them")
         raise DataError(f"data.path={path}: no such file or directory")
 
     def check(self) -> None:
@@ -107,9 +113,10 @@ class LocalSource(Source):
         return RawSplit(str(path), path.stem, file_records(path, self.cfg))
 
     def identity(self, role: str) -> dict[str, Any]:
+        """The file's path and a hash of its bytes: a file replaced by another of the same size and
+        modification time (``cp -p``, ``rsync -a``) is a new entry, never a stale one."""
         path = self.file(role).resolve()
-        st = path.stat()
-        return {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        return {"path": str(path), "size": path.stat().st_size, "sha256": content_hash(path)}
 
 
 class SyntheticSource(LocalSource):
@@ -129,6 +136,24 @@ class SyntheticSource(LocalSource):
                                              n_events=tuple(self.cfg.synthetic_events))
             log.debug("synthetic data ready in %.2fs", time.perf_counter() - t0)
         return self._paths[role]
+
+
+def content_hash(path: Path, block: int = 1 << 20) -> str:
+    """SHA-256 of a file's bytes, streamed (any size, constant memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 # ---- the hub -------------------------------------------------------------------------------------
@@ -176,7 +201,7 @@ class HubSource(Source):
         files = list(dict.fromkeys(u.split("::")[-1] for u in _flat_strings(c.data_files or {}) if "://" in u))
         if files:
             parts.append(f"on {', '.join(files)}")
-        return f"hub dataset {' '.join(parts)} (data={c.name})"
+        return redact(f"data={c.name}: hub dataset {' '.join(parts)}")
 
     def _urls(self) -> list[str]:
         try:

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from scaleformer.errors import redact_all
 from scaleformer.export.card import CARD_FILE, model_card
 from scaleformer.io import atomic_dir, atomic_write_text
 
@@ -53,7 +54,7 @@ def method_record(module: Any, run: dict[str, Any]) -> dict[str, Any]:
 
     spec = module.method.spec
     described = run.get("method", {})
-    return {
+    return redact_all({
         "format": FORMAT,
         "method": {"option": described.get("option", module.method.cfg.name),
                    "class": described.get("class", type(module.method).__name__),
@@ -67,7 +68,7 @@ def method_record(module: Any, run: dict[str, Any]) -> dict[str, Any]:
         "run": {k: run.get(k) for k in ("run_id", "training_hash", "step", "seed", "commit", "command")},
         "versions": {d: compat.installed(d) for d in ("scaleformer", "torch", "transformers", "lightning")},
         "config": run.get("config"),
-    }
+    })
 
 
 def export_model(module: Any, out: Path, run: dict[str, Any]) -> Path:

@@ -22,6 +22,7 @@ from typing import Any
 from tqdm import tqdm
 
 from scaleformer.config import BertScoreConfig
+from scaleformer.errors import Redacting
 from scaleformer.metrics.notices import notice_once
 from scaleformer.model import hub
 
@@ -36,7 +37,7 @@ OFFLINE_MODEL_LAYERS = 6
 _BATCHES_PER_CALL = 4
 
 
-class BertScoreModelError(RuntimeError):
+class BertScoreModelError(Redacting, RuntimeError):
     """The BERTScore model cannot be resolved or loaded; the message says what to set instead."""
 
 
@@ -112,6 +113,11 @@ def _resolve_named(name: str, num_layers: int | None) -> BertScoreModel:
     return BertScoreModel(name, name, layers, "hub")
 
 
+# One short line (the reason goes to the debug log): it is shown at the start of every offline run.
+FALLBACK_NOTICE = ("BERTScore: %s not available (offline?): scoring with the offline stand-in %s, not comparable "
+                   "to the paper's numbers (metrics.bertscore.model_type=offline says so and silences this)")
+
+
 def resolve_bertscore_model(cfg: BertScoreConfig) -> BertScoreModel:
     """Decide which model BERTScore uses, without loading it.
 
@@ -127,9 +133,8 @@ def resolve_bertscore_model(cfg: BertScoreConfig) -> BertScoreModel:
         try:
             return _resolve_named(PAPER_BERTSCORE_MODEL, cfg.num_layers or PAPER_BERTSCORE_LAYERS)
         except BertScoreModelError as e:
-            notice_once("auto-fallback", "BERTScore: %s unavailable, using the offline stand-in %s "
-                         "(scores are not comparable to the paper's): %s",
-                         PAPER_BERTSCORE_MODEL, OFFLINE_MODEL_NAME, e)
+            log.debug("BERTScore: %s unavailable: %s", PAPER_BERTSCORE_MODEL, e)  # the full reason, in train.log
+            notice_once("auto-fallback", FALLBACK_NOTICE, PAPER_BERTSCORE_MODEL, OFFLINE_MODEL_NAME)
             return offline_model()
     return _resolve_named(cfg.model_type, cfg.num_layers)
 
@@ -243,8 +248,8 @@ def compute_bertscore(
     except BertScoreModelError as e:
         if cfg.model_type != "auto" or model.source == "offline":
             raise
-        notice_once("auto-fallback", "BERTScore: %s failed to load, using the offline stand-in %s "
-                     "(scores are not comparable to the paper's): %s", model.name, OFFLINE_MODEL_NAME, e)
+        log.debug("BERTScore: %s failed to load: %s", model.name, e)
+        notice_once("auto-fallback", FALLBACK_NOTICE, model.name, OFFLINE_MODEL_NAME)
         model = offline_model()
         scorer = get_bertscorer(model, cfg, device)
 

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
@@ -150,7 +151,7 @@ def backbone_spec(cfg: BackboneConfig, tokenizer: Any, conf: PretrainedConfig) -
 
 def unpickling_reason(e: Exception) -> str:
     """The one useful line of torch's weights-only refusal (e.g. "Unsupported global: GLOBAL io.open")."""
-    m = re.search(r"WeightsUnpickler error: (.*?)(?: was not an allowed global|\.\s|\n|$)", str(e))
+    m = re.search(r"WeightsUnpickler error:\s*(.*?)(?: was not an allowed global|\.\s|\n|$)", str(e))
     return m.group(1).strip() if m else (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
@@ -168,6 +169,10 @@ def build_model(cfg: BackboneConfig, conf: PretrainedConfig, weights: bool = Tru
             raise ConfigError(f"backbone.pretrained={cfg.pretrained!r}: its weights file holds more than tensors "
                               f"({unpickling_reason(e)}), so it was not loaded (unpickling it could run code); "
                               "use a safetensors copy of the model") from None
+        except (SafetensorError, EOFError) as e:  # truncated or corrupt weights
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ConfigError(f"backbone.pretrained={cfg.pretrained!r}: its weights cannot be read ({first}); "
+                              "the file is damaged or incomplete: download or copy the model again") from None
         # from_pretrained returns eval mode and Lightning keeps each module's mode at fit start: without
         # this, fine-tuning a pretrained backbone would run without dropout.
         model.train()

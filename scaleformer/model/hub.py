@@ -15,6 +15,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from scaleformer.errors import Redacting
+
 # The probe only decides "reachable or not"; a dead network must not stall a run or an evaluation.
 PROBE_TIMEOUT_S = 3.0
 # Any one of these next to config.json means a snapshot holds weights, not just a partial download.
@@ -22,7 +24,7 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
                 "pytorch_model.bin.index.json")
 
 
-class HubUnreachableError(RuntimeError):
+class HubUnreachableError(Redacting, RuntimeError):
     """The hub is needed for this id and cannot be reached; the message says what to do instead."""
 
 

@@ -35,18 +35,51 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         return load(path, map_location=map_location)
 
 
-def load(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
-    """A local checkpoint's contents, unpickled as data only (``mmap``: tensors read lazily)."""
+def load(path: str | Path, map_location: Any = "cpu", mmap: bool = False,
+         key: str = "trainer.ckpt_path") -> dict[str, Any]:
+    """A local checkpoint's contents, unpickled as data only (``mmap``: tensors read lazily), checked to
+    be a Lightning checkpoint: a truncated, empty or foreign file is one line naming it, never a traceback."""
     import pickle
 
     from scaleformer.model.backbone import unpickling_reason
 
     refuse_remote(str(path))
+    where = f"{key}={str(path)!r}"
+    if not Path(path).is_file():
+        raise ConfigError(f"{where}: not a file ({'a folder' if Path(path).is_dir() else 'missing or a broken link'})")
+    if Path(path).stat().st_size == 0:
+        raise ConfigError(f"{where}: the file is empty (a save that never completed); remove it or pass another")
     try:
-        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+        ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
-        raise ConfigError(f"trainer.ckpt_path={str(path)!r}: holds more than weights ({unpickling_reason(e)}); "
-                          "it is not loaded") from None
+        reason = unpickling_reason(e)
+        if reason.startswith("Unsupported operand") or not reason:  # not a pickle at all: random bytes
+            raise ConfigError(f"{where}: not a readable checkpoint (not written by torch.save: {reason})") from None
+        if "weights_only" in str(e) or "WeightsUnpickler" in str(e):
+            raise ConfigError(f"{where}: holds more than weights ({unpickling_reason(e)}); it is not loaded") from None
+        raise ConfigError(f"{where}: not a readable checkpoint ({_first_line(e)})") from None
+    except RuntimeError as e:
+        if mmap and "mmap" in str(e):  # a legacy (pre-zip) file: readable, just not memory-mapped
+            return load(path, map_location, mmap=False, key=key)
+        raise ConfigError(f"{where}: not a readable checkpoint ({_first_line(e)}; truncated or not written by "
+                          "torch.save)") from None
+    except Exception as e:  # arbitrary bytes make the unpickler fail in arbitrary ways (IndexError, ...)
+        raise ConfigError(f"{where}: not a readable checkpoint ({type(e).__name__}: {_first_line(e)})") from None
+    if not isinstance(ckpt, dict):
+        raise ConfigError(f"{where}: holds a {type(ckpt).__name__}, not a Lightning checkpoint (a dict with a "
+                          "state_dict)")
+    state = ckpt.get("state_dict")
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ConfigError(f"{where}: has no state_dict of tensors (keys: {sorted(map(str, ckpt))[:8]})")
+    step = ckpt.get("global_step", 0)
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ConfigError(f"{where}: global_step={step!r} is not a step count (an integer >= 0)")
+    return ckpt
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def refuse_remote(path: str) -> None:
@@ -56,24 +89,60 @@ def refuse_remote(path: str) -> None:
 
 
 def resolve(ckpt_path: str | None, ckpt_dir: Path | None, run_dir: Path | None = None) -> Path | None:
-    """The checkpoint to start from: ``last`` = this run's newest (None when it has none), a path
-    (which must exist), or None. Checked at start-up, before any model is built.
+    """The checkpoint to start from: ``last`` = this run's newest readable one (None when it has none), a
+    path (which must exist), or None. Checked at start-up, before any model is built.
 
-    "Newest" also considers the ``hpc_ckpt_<n>.ckpt`` Lightning saves in the run folder when SLURM
-    preempts a job (before requeueing it): the one with the highest step wins.
+    "Newest" is the highest step among ``last.ckpt``, the ``step_<N>.ckpt`` beside it and the
+    ``hpc_ckpt_<n>.ckpt`` Lightning saves in the run folder when SLURM preempts a job: a broken
+    ``last.ckpt`` link or an unreadable file is passed over (with a warning), never a reason to start over.
     """
     if ckpt_path is None:
         return None
     if ckpt_path == "last":
-        found = [p for p in [ckpt_dir / "last.ckpt" if ckpt_dir is not None else None] if p and p.exists()]
+        found = []
+        if ckpt_dir is not None and ckpt_dir.is_dir():
+            found += [ckpt_dir / "last.ckpt", *sorted(ckpt_dir.glob("step_*.ckpt"))]
         if run_dir is not None and run_dir.is_dir():
             found += sorted(run_dir.glob("hpc_ckpt_*.ckpt"))
-        return max(found, key=lambda p: peek(p)["step"]) if found else None
+        steps = {}
+        for p in dict.fromkeys(found):
+            if not p.is_file():
+                if p.is_symlink() or p.exists():
+                    log.warning("checkpoint %s is %s: passed over", p, "a broken link" if p.is_symlink() else
+                                "not a file")
+                continue
+            try:
+                steps[p] = peek(p)["step"]
+            except ConfigError as e:
+                log.warning("passed over an unreadable checkpoint: %s", e)
+        return max(steps, key=lambda p: (steps[p], p.name == "last.ckpt")) if steps else None
     refuse_remote(ckpt_path)
     path = Path(ckpt_path).expanduser()
     if not path.is_file():
         raise ConfigError(f"trainer.ckpt_path={ckpt_path!r}: no such checkpoint file")
     return path
+
+
+def set_aside(ckpt_dir: Path | None, why: str) -> Path | None:
+    """Move a run's checkpoints into ``checkpoints/replaced/<time>/`` (never deleted: a fresh start or
+    another identity's training in this folder must not destroy the only copy of earlier weights)."""
+    if ckpt_dir is None or not ckpt_dir.is_dir():
+        return None
+    old = [p for p in ckpt_dir.iterdir() if p.suffix == ".ckpt" and (p.is_file() or p.is_symlink())]
+    if not old:
+        return None
+    import time
+
+    dest = ckpt_dir / "replaced" / time.strftime("%Y%m%d-%H%M%S")
+    dest.mkdir(parents=True, exist_ok=True)
+    for p in old:
+        if p.is_symlink():
+            p.unlink()  # last.ckpt: a link to one of the files moved
+        else:
+            p.rename(dest / p.name)
+    log.warning("%s: moved %d checkpoint(s) to %s (delete them yourself when no longer needed)", why,
+                len(old), dest)
+    return dest
 
 
 def metadata(backbone: str, method: dict[str, Any], identity: str) -> dict[str, Any]:
@@ -86,19 +155,39 @@ def check_compatible(meta: dict[str, Any] | None, backbone: str, method: dict[st
     if not meta:
         log.warning("checkpoint %s carries no scaleformer metadata: cannot check its backbone and method", path)
         return
-    theirs = (meta.get("backbone"), meta.get("method", {}).get("name"))
+    if not isinstance(meta, dict):
+        raise ConfigError(f"trainer.ckpt_path={str(path)!r}: its scaleformer metadata is a {type(meta).__name__}, "
+                          "not a mapping")
+    theirs = (meta.get("backbone"), (meta.get("method") or {}).get("name"))
     ours = (backbone, method.get("name"))
     if theirs != ours:
         raise ConfigError(f"trainer.ckpt_path={str(path)!r}: trained with backbone {theirs[0]!r} and method "
                           f"{theirs[1]!r}, but this run uses backbone {ours[0]!r} and method {ours[1]!r}")
 
 
+def check_state(module: torch.nn.Module, path: Path, state: dict[str, torch.Tensor] | None = None) -> None:
+    """The checkpoint's weights fit this model exactly (names and shapes), before any of them is loaded."""
+    state = load(path, mmap=True)["state_dict"] if state is None else state
+    mine = module.state_dict()
+    missing = [k for k in mine if k not in state]
+    unexpected = [k for k in state if k not in mine]
+    shapes = [k for k in mine if k in state and tuple(state[k].shape) != tuple(mine[k].shape)]
+    if missing or unexpected or shapes:
+        parts = [f"{len(missing)} missing (e.g. {missing[0]})" if missing else "",
+                 f"{len(unexpected)} unexpected (e.g. {unexpected[0]})" if unexpected else "",
+                 f"{len(shapes)} of another shape (e.g. {shapes[0]}: {tuple(state[shapes[0]].shape)} vs "
+                 f"{tuple(mine[shapes[0]].shape)})" if shapes else ""]
+        raise ConfigError(f"trainer.ckpt_path={str(path)!r}: its weights do not fit this model: "
+                          + ", ".join(p for p in parts if p))
+
+
 def load_weights(module: torch.nn.Module, path: Path, backbone: str, method: dict[str, Any]) -> int:
-    """Load a checkpoint's weights into ``module`` (after the compatibility check); returns its step."""
+    """Load a checkpoint's weights into ``module`` (after the compatibility checks); returns its step."""
     ckpt = load(path)
     check_compatible(ckpt.get(META_KEY), backbone, method, path)
+    check_state(module, path, ckpt["state_dict"])
     module.load_state_dict(ckpt["state_dict"])
-    return int(ckpt.get("global_step", 0))
+    return int(ckpt["global_step"]) if "global_step" in ckpt else 0
 
 
 def peek(path: Path) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from scaleformer.errors import redact
+
 # Warnings about choices this framework makes deliberately (message regexes).
 _EXPECTED_WARNINGS = (
     r"You defined a `validation_step` but have no `val_dataloader`",
@@ -29,8 +31,26 @@ _EXPECTED_WARNINGS = (
 )
 
 
+class Redact(logging.Filter):
+    """Credentials in URLs never reach a console or a log file (see :func:`scaleformer.errors.redact`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        safe = redact(msg)
+        if safe != msg:
+            record.msg, record.args = safe, ()
+        return True
+
+
+def protect(handler: logging.Handler) -> None:
+    if not any(isinstance(f, Redact) for f in handler.filters):
+        handler.addFilter(Redact())
+
+
 def quiet() -> None:
-    """Silence library chatter; idempotent (every run calls it)."""
+    """Silence library chatter and redact credentials in every console line; idempotent (every run calls it)."""
+    for h in logging.getLogger().handlers:
+        protect(h)
     for pattern in _EXPECTED_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
     # Device banners and tips ("GPU available: False", "💡 Tip: ...") come from rank_zero_info.
@@ -59,6 +79,7 @@ def log_to_file(path: Path, enabled: bool = True) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
+    protect(handler)
     root = logging.getLogger()
     root.addHandler(handler)
     if root.level > logging.INFO or root.level == logging.NOTSET:

@@ -16,9 +16,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scaleformer.config import Config, _key_hint, trainer_config
+from scaleformer.config import Config, _key_hint, check_targets, trainer_config
 from scaleformer.errors import ConfigError, check
-from scaleformer.methods import method_config
 from scaleformer.runs import identity
 
 
@@ -37,11 +36,22 @@ class RunConfig(Config):
 
 def to_config(cfg: DictConfig) -> RunConfig:
     """Validate every group (types, unknown keys, ranges), fill the run paths, return typed objects."""
+    from scaleformer.methods import method_config  # torch and transformers: after the cheap checks
+
+    obj, resolved = check_groups(cfg)
+    rc = RunConfig(**{f.name: getattr(obj, f.name) for f in fields(Config)}, raw=resolved)
+    rc.method, rc.trainer = method_config(resolved.method), trainer_config(resolved.trainer)
+    rc.choices = dict(rc.choices)
+    return identity.fill_run_paths(rc, cfg)
+
+
+def check_groups(cfg: DictConfig) -> tuple[Config, DictConfig]:
+    """Every check that needs no torch (types, ranges, callback targets, path lengths): what the command
+    runs before importing the heavy libraries, so a typo stops in well under a second of checking."""
     try:
         resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True))
     except Exception as e:
         raise ConfigError(str(e).splitlines()[0] + _key_hint(e)) from None
-    method_raw, trainer_raw = resolved.method, resolved.trainer  # typed by their own schemas below
     try:
         merged = OmegaConf.merge(OmegaConf.structured(Config), resolved)
     except Exception as e:  # omegaconf's errors name the key; keep them, drop the traceback noise
@@ -51,10 +61,10 @@ def to_config(cfg: DictConfig) -> RunConfig:
         for name, node in getattr(obj, group).items():
             check(node is None or (isinstance(node, dict) and isinstance(node.get("_target_"), str)),
                   f"{group}.{name}", node, "must be null or a mapping with a _target_ class path")
-    rc = RunConfig(**{f.name: getattr(obj, f.name) for f in fields(Config)}, raw=resolved)
-    rc.method, rc.trainer = method_config(method_raw), trainer_config(trainer_raw)
-    rc.choices = dict(rc.choices)
-    return identity.fill_run_paths(rc, cfg)
+        check_targets(group, getattr(obj, group), obj.allowed_targets)  # before anything is instantiated
+    for key, value in (("paths.root", obj.paths.root), ("paths.cache", obj.data.cache_dir)):
+        check_path_length(key, str(value))
+    return obj, resolved
 
 
 def checkpoint_callback_dir(callbacks: dict[str, Any]) -> Path | None:
@@ -75,6 +85,18 @@ def checkpoint_callback_dir(callbacks: dict[str, Any]) -> Path | None:
     return None
 
 
+PATH_MAX, NAME_MAX = 4096, 255  # Linux's limits; the run adds up to ~120 characters below its folder
+
+
+def check_path_length(key: str, path: str) -> None:
+    """A folder the run writes under fits the file system's limits, with room for the run's own names."""
+    longest = max((len(part) for part in Path(path).parts), default=0)
+    check(longest <= NAME_MAX, key, f"{path[:60]}...", f"has a {longest}-character folder name; "
+          f"the limit is {NAME_MAX} per name")
+    check(len(path) <= PATH_MAX - 120, key, f"{path[:60]}...", f"is {len(path)} characters long; "
+          f"the limit is {PATH_MAX} for a whole path, and the run's files add about 120")
+
+
 @dataclass(frozen=True)
 class RunContext:
     """One run's config, identities and folders, computed once."""
@@ -89,6 +111,9 @@ class RunContext:
 
     @classmethod
     def create(cls, rc: RunConfig, started: float | None = None) -> RunContext:
+        for key, value in (("paths.root", rc.paths.root), ("paths.run_dir", identity.run_dir(rc)),
+                           ("paths.cache", rc.data.cache_dir)):
+            check_path_length(key, str(value))
         return cls(cfg=rc, run_id=str(rc.paths.run_id), run_dir=identity.run_dir(rc),
                    checkpoint_dir=checkpoint_callback_dir(rc.callbacks),
                    training_hash=identity.training_hash(rc), evaluation_hash=identity.evaluation_hash(rc),

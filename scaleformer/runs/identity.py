@@ -127,3 +127,44 @@ def fill_run_paths(rc: RunConfig, cfg: DictConfig) -> RunConfig:
 
 def run_dir(rc: RunConfig) -> Path:
     return Path(str(rc.paths.run_dir))
+
+
+# A run folder belongs to one training identity: recorded here on the first run, checked on every later one.
+OWNER_FILE = "identity.json"
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def differing_keys(theirs: dict[str, Any], ours: dict[str, Any], limit: int = 6) -> list[str]:
+    """``key: theirs -> ours`` for each setting that differs between two training identities."""
+    a, b = _flat(theirs), _flat(ours)
+    keys = [k for k in sorted({*a, *b}) if a.get(k) != b.get(k)]
+    shown = [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in keys[:limit]]
+    return shown + ([f"and {len(keys) - limit} more"] if len(keys) > limit else [])
+
+
+def read_owner(run_dir: Path) -> dict[str, Any] | None:
+    """The training identity recorded in a run folder (None for a new folder or an unreadable record)."""
+    try:
+        owner = json.loads((run_dir / OWNER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) and isinstance(owner.get("training_hash"), str) else None
+
+
+def owner_conflict(run_dir: Path, ours_hash: str, ours: dict[str, Any], theirs_hash: str | None,
+                   theirs: dict[str, Any] | None) -> str:
+    """The one-line refusal when a run would continue another training identity's run folder."""
+    diff = differing_keys(theirs, ours) if theirs is not None else []
+    what = f" (differs in {'; '.join(diff)})" if diff else ""
+    return (f"run folder {run_dir} belongs to training identity {theirs_hash}, this config's is {ours_hash}{what}: "
+            "it would continue or evaluate the other training's weights. Use another run_name, or start this "
+            "folder afresh with trainer.ckpt_path=null (its checkpoints are moved aside, not deleted), or "
+            "fine-tune from them with trainer.ckpt_path=<checkpoint file>")

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from scaleformer.errors import redact_all
 from scaleformer.io import atomic_write_json
 
 FILE = "metrics.json"
@@ -45,7 +46,7 @@ class Results:
         return asdict(self)
 
     def write(self, folder: Path) -> Path:
-        return atomic_write_json(Path(folder) / FILE, self.to_dict())
+        return atomic_write_json(Path(folder) / FILE, redact_all(self.to_dict()))
 
     def score(self, split: str, metric: str) -> Any:
         """One number of one split (None when the split or the metric is absent)."""

@@ -26,13 +26,13 @@ import lightning.pytorch as pl
 import torch
 from omegaconf import OmegaConf
 
-from scaleformer.errors import ConfigError
+from scaleformer.errors import ConfigError, redact_all
 from scaleformer.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from scaleformer.methods import Method, build_method
 from scaleformer.model import hub
 from scaleformer.model.backbone import backbone_spec, build_model, load_tokenizer, model_config
 from scaleformer.ops import compat
-from scaleformer.runs import checkpoints, runtime
+from scaleformer.runs import checkpoints, identity, runtime
 from scaleformer.runs.callbacks import ExactResume, log_metrics
 from scaleformer.runs.console import count_parameters, log_to_file, quiet, summary_table
 from scaleformer.runs.context import RunConfig, RunContext, to_config
@@ -64,9 +64,15 @@ def run(cfg: Any) -> dict[str, Any]:
         check_writable(key, folder)
     with runtime.run_lock(ctx.run_dir), log_to_file(ctx.run_dir / "train.log", enabled=runtime.is_rank_zero()):
         try:
+            ckpt = claim_run_folder(ctx, ckpt)
             result = _execute(ctx, ckpt)
         except BaseException as e:
             record_failure(ctx.run_dir, e)
+            if runtime.is_sigterm(e):
+                status = runtime.sigterm_status()
+                log.error("stopped by SIGTERM%s; the same command resumes from the last checkpoint",
+                          " (SLURM requeues the job)" if status == 0 else "")
+                raise SystemExit(status) from None
             raise
         (ctx.run_dir / "failed.json").unlink(missing_ok=True)
         return result
@@ -111,7 +117,7 @@ def _execute(ctx: RunContext, ckpt: Path | None) -> dict[str, Any]:
         versions={d: compat.installed(d) for d in ("torch", "transformers", "lightning")},
         patches=compat.report(), splits=splits)
     out_dir = ctx.eval_dir(step)
-    config_text = OmegaConf.to_yaml(ctx.cfg.raw)
+    config_text = OmegaConf.to_yaml(OmegaConf.create(redact_all(OmegaConf.to_container(ctx.cfg.raw))))
     atomic_write_text(ctx.run_dir / "config.yaml", config_text)
     atomic_write_text(out_dir / "config.yaml", config_text)
     results.write(out_dir)
@@ -159,12 +165,13 @@ def build_module(ctx: RunContext, parts: Parts) -> SummarizationModule:
     rc = ctx.cfg
     model = build_model(rc.backbone, parts.conf)
     meta = checkpoints.metadata(rc.backbone.name, parts.described, ctx.training_hash)
+    safe_config = redact_all(OmegaConf.to_container(rc.raw, resolve=True))  # saved in every checkpoint
     module = SummarizationModule(model, parts.method, parts.tokenizer, rc.optim, rc.generation, meta=meta,
-                                 run_config=OmegaConf.to_container(rc.raw, resolve=True))
+                                 run_config=safe_config)
     log.info("run %s: %s on %s, %s (%s parameters) -> %s", ctx.run_id, rc.method_option, rc.data.name,
              type(model).__name__, count_parameters(model), ctx.run_dir)
     for lg in parts.loggers:
-        lg.log_hyperparams(OmegaConf.to_container(rc.raw, resolve=True))
+        lg.log_hyperparams(safe_config)
     return module
 
 
@@ -181,9 +188,8 @@ def train_or_load(ctx: RunContext, parts: Parts, module: SummarizationModule, ck
         log.warning("no training (trainer.do_train=false or no train split) and no checkpoint "
                     "(trainer.ckpt_path): scoring UNTRAINED weights")
         return 0, 0.0, False
-    if ckpt is None and runtime.is_rank_zero():
-        _clear_stale_checkpoints(ctx.checkpoint_dir)
-    elif ckpt is not None:
+    if ckpt is not None:
+        checkpoints.check_state(module, ckpt)  # mismatched weights: one line, before Lightning loads them
         log.info("continuing from %s (step %d)", ckpt, parts.start["step"])
     t0 = time.time()
     has_val = dm.has_split("validation") and rc.trainer.limit_val_batches not in (0, 0.0)
@@ -223,16 +229,34 @@ def describe_method(rc: RunConfig, method: Method) -> dict[str, Any]:
     return {"option": rc.method_option, "class": type(method).__name__, **method.describe()}
 
 
-def _clear_stale_checkpoints(ckpt_dir: Path | None) -> None:
-    """A fresh start replaces this run's checkpoints (else `last` could point at the old training)."""
-    if ckpt_dir is None or not ckpt_dir.is_dir():
-        return
-    stale = [p for p in ckpt_dir.iterdir() if p.suffix == ".ckpt"]
-    if stale:
-        log.warning("trainer.ckpt_path=null: training from scratch, replacing %d checkpoint(s) in %s "
-                    "(trainer.ckpt_path=last continues them instead)", len(stale), ckpt_dir)
-        for p in stale:
-            p.unlink()
+def claim_run_folder(ctx: RunContext, ckpt: Path | None) -> Path | None:
+    """A run folder belongs to one training identity (``identity.json``): continuing or evaluating it under
+    another is refused, naming both hashes and the settings that differ. A fresh start
+    (``trainer.ckpt_path=null``) or a fine-tune from an explicit checkpoint takes the folder over, moving
+    the earlier checkpoints aside (never deleting them). Returns the checkpoint to start from."""
+    rc = ctx.cfg
+    ours = identity.training_identity(rc)
+    owner = identity.read_owner(ctx.run_dir)
+    theirs_hash = owner["training_hash"] if owner else None
+    if theirs_hash is None and ckpt is not None and rc.trainer.ckpt_path == "last":  # a folder from before the record
+        meta = checkpoints.peek(ckpt)["meta"]
+        theirs_hash = meta.get("training_hash") if isinstance(meta, dict) else None
+    if theirs_hash is not None and theirs_hash != ctx.training_hash and rc.trainer.ckpt_path == "last":
+        raise ConfigError(identity.owner_conflict(ctx.run_dir, ctx.training_hash, ours, theirs_hash,
+                                                  owner.get("training_identity") if owner else None))
+    if runtime.is_rank_zero():
+        if rc.trainer.ckpt_path is None and rc.trainer.do_train:
+            checkpoints.set_aside(ctx.checkpoint_dir, "trainer.ckpt_path=null: training from scratch")
+        elif theirs_hash is not None and theirs_hash != ctx.training_hash:
+            inside = ckpt is not None and ctx.checkpoint_dir is not None and ckpt.resolve().parent == \
+                ctx.checkpoint_dir.resolve()
+            moved = checkpoints.set_aside(ctx.checkpoint_dir,
+                                          f"run folder taken over from training identity {theirs_hash}")
+            if inside and moved is not None:  # fine-tuning from this folder's own (moved) weights
+                ckpt = moved / ckpt.resolve().name
+        atomic_write_json(ctx.run_dir / identity.OWNER_FILE,
+                          redact_all({"training_hash": ctx.training_hash, "training_identity": ours}))
+    return ckpt
 
 
 def check_writable(key: str, folder: Path) -> None:
@@ -252,9 +276,9 @@ def record_failure(run_dir: Path, error: BaseException) -> None:
     if not runtime.is_rank_zero() or isinstance(error, runtime.RunInUseError):
         return  # a refused second launch is not the run's failure
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    atomic_write_json(run_dir / "failed.json", {
+    atomic_write_json(run_dir / "failed.json", redact_all({
         "error": f"{type(error).__name__}: {first}", "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "traceback": traceback.format_exception(error)[-6:]})
+        "traceback": traceback.format_exception(error)[-6:]}))
 
 
 def evaluate_split(rc: RunConfig, trainer: pl.Trainer, module: SummarizationModule, dm: Any, split: str,

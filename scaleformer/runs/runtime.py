@@ -82,3 +82,21 @@ def gather_rows(rows: list[dict[str, Any]], order: Sequence[str], world_size: in
         first.setdefault(r["id"], r)
     position = {doc_id: i for i, doc_id in enumerate(order)}
     return sorted(first.values(), key=lambda r: position.get(r["id"], len(position)))
+
+
+SIGTERM_STATUS = 143  # 128 + SIGTERM, what a shell reports for a process the signal ended
+
+
+def is_sigterm(error: BaseException) -> bool:
+    """Lightning turns SIGTERM into a ``SystemExit`` subclass with no code: seen by scripts as success."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    return isinstance(error, SIGTERMException)
+
+
+def sigterm_status() -> int:
+    """Exit status of a run stopped by SIGTERM: 143, so schedulers and scripts see the failure; 0 where
+    Lightning requeues the job under SLURM (the requeued job resumes from the run's last checkpoint)."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    return 0 if SLURMEnvironment.detect() else SIGTERM_STATUS
