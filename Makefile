@@ -20,7 +20,7 @@ LAUNCHER_ARGS ?=
 METHODS ?=
 REPRO   = $(PY) scripts/reproduce.py --profile $(PROFILE) $(if $(FORCE),--force) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(foreach a,$(LAUNCHER_ARGS),--launcher-arg $(a)) $(if $(METHODS),--methods $(METHODS))
 
-.PHONY: setup check-lock lock run test test-all test-compat lint clean table1 table2 figure2 bench
+.PHONY: setup check-lock lock run test test-all test-compat lint clean table1 table2 figure2 bench gpu-check wheels
 
 setup: $(STAMP)
 
@@ -72,6 +72,16 @@ figure2: setup      ## results/figure2.{png,csv}
 
 bench: setup        ## results/bench/<profile>.{json,md,png}  (PROFILE=cpu-tiny by default, or gpu-base)
 	$(PY) scripts/bench.py --profile $(if $(filter command line environment,$(origin PROFILE)),$(PROFILE),cpu-tiny)
+
+DIR ?=
+gpu-check:          ## on a GPU machine: prepare .venv-gpu from the lock (wheels/ if present), run `pytest -m gpu` and the gpu-base bench; results in DIR
+	@test -n "$(DIR)" || { echo "error: DIR is required: make gpu-check DIR=/path/to/results"; exit 2; }
+	$(PYTHON) scripts/gpu_check.py $(DIR)
+
+wheels: setup       ## wheels/ for an offline GPU machine: every locked distribution but torch and CUDA's (the machine's own)
+	grep -viE '^(torch|nvidia-|triton)' $(LOCK) > .wheels-reqs.txt
+	$(PY) -m pip download -q --only-binary=:all: --no-deps -r .wheels-reqs.txt -d wheels
+	rm -f .wheels-reqs.txt
 
 lint: setup
 	$(VENV)/bin/ruff check scaleformer tests scripts train.py

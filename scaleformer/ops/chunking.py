@@ -364,12 +364,16 @@ def auto_encoder_batch_size(device: torch.device, width: int, spec: Any, *, trai
     Activation bytes per chunk follow Korthikanti et al. (2022) for 16-bit training,
     ``width * d * (34 + 5 * heads * width / d)`` per layer, times the encoder layers when training
     (all kept for backward) or one layer at inference (freed as the pass goes), heads ~ d / 64.
-    Reads free memory with one cudaMemGetInfo call (no stream sync); CPUs get `cpu_default`.
+    Reads free memory with one cudaMemGetInfo call (no stream sync), capped by the process's
+    ``set_per_process_memory_fraction`` when one is set; CPUs get `cpu_default`.
     """
     if free_bytes is None:
         if device.type != "cuda":
             return cpu_default
-        free_bytes, _ = torch.cuda.mem_get_info(device)
+        free_bytes, total = torch.cuda.mem_get_info(device)
+        cap = getattr(torch.cuda, "get_per_process_memory_fraction", None)  # torch >= 2.5
+        if cap is not None and (f := cap(device)) < 1.0:  # the allocator's cap, not the device, limits us
+            free_bytes = min(free_bytes, max(int(f * total) - torch.cuda.memory_reserved(device), 0))
     d = max(int(getattr(spec, "d_model", 0) or 768), 1)
     layers = max(int(getattr(spec, "n_encoder_layers", 0) or 12), 1) if training else 1
     heads = max(d // 64, 1)
