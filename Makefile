@@ -20,7 +20,7 @@ LAUNCHER_ARGS ?=
 METHODS ?=
 REPRO   = $(PY) scripts/reproduce.py --profile $(PROFILE) $(if $(FORCE),--force) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(foreach a,$(LAUNCHER_ARGS),--launcher-arg $(a)) $(if $(METHODS),--methods $(METHODS))
 
-.PHONY: setup check-lock lock run test test-all test-compat lint clean table1 table2 figure2 bench gpu-check wheels
+.PHONY: setup check-lock lock run test test-all test-compat lint clean table1 table2 table_qa figure2 bench gpu-check wheels
 
 setup: $(STAMP)
 
@@ -66,6 +66,9 @@ table1: setup       ## results/table1.{md,csv,tex}  (PROFILE=paper|tiny|smoke, F
 
 table2: setup       ## results/table2.{md,csv,tex}
 	$(REPRO) table2
+
+table_qa: setup     ## results/table_qa.{md,csv,tex}: question answering on ledgers (PROFILE=tiny by default, or smoke)
+	$(subst --profile $(PROFILE),--profile $(if $(filter command line environment,$(origin PROFILE)),$(PROFILE),tiny),$(REPRO)) table_qa
 
 figure2: setup      ## results/figure2.{png,csv}
 	$(REPRO) figure2

@@ -81,6 +81,13 @@ class DataConfig:
     id_field: str | None = "id"
     # Optional query-like field prepended to every chunk (query-based tasks).
     prefix_field: str | None = None
+    # Queries inside the input, as SCROLLS publishes them (scaleformer.data.examples.split_query):
+    # "blank_line" = the query is the text before the first blank line; "options" = QuALITY's question
+    # and answer options, up to the first blank line after "(D)". null: the input is all document.
+    query_split: str | None = None
+    # The metric the task reports (SCROLLS): rouge (summarization), f1 (Qasper, NarrativeQA) or
+    # exact_match (QuALITY, ContractNLI); tables and metrics.json report it as task_score.
+    task_metric: str = "rouge"
     splits: SplitNames = field(default_factory=SplitNames)
     # None keeps the whole input (BookSum); GovReport uses 16384 as in the paper.
     max_input_tokens: int | None = None
@@ -93,10 +100,17 @@ class DataConfig:
     synthetic_words: int = 3000
     synthetic_split_words: dict[str, int] = field(default_factory=dict)
     synthetic_events: list[int] = field(default_factory=lambda: [6, 9])
+    # summary: the ledger's events as the reference; qa: a question about one event (its count).
+    synthetic_task: str = "summary"
     batch_size: int = 1
     eval_batch_size: int = runtime(1)
     num_workers: int = runtime(0)
     cache_dir: str = runtime(".cache/scaleformer")
+
+    @property
+    def has_query(self) -> bool:
+        """A query per document (a prefix field, or split from the input), fed beside every chunk."""
+        return self.prefix_field is not None or self.query_split is not None
 
     def __post_init__(self) -> None:
         check(self.source in ("hub", "local", "synthetic"), "data.source", self.source,
@@ -119,6 +133,14 @@ class DataConfig:
             check(split in ("train", "validation", "test"), "data.synthetic_split_words", split,
                   "keys must be train, validation or test")
             _positive(f"data.synthetic_split_words.{split}", n)
+        check(self.query_split in (None, "blank_line", "options"), "data.query_split", self.query_split,
+              "must be null, blank_line or options")
+        check(self.query_split is None or self.prefix_field is None, "data.query_split", self.query_split,
+              "takes the query from the input: set data.prefix_field=null (or data.query_split=null)")
+        check(self.task_metric in ("rouge", "f1", "exact_match"), "data.task_metric", self.task_metric,
+              "must be rouge, f1 or exact_match")
+        check(self.synthetic_task in ("summary", "qa"), "data.synthetic_task", self.synthetic_task,
+              "must be summary or qa")
         ev = self.synthetic_events
         check(len(ev) == 2 and 1 <= ev[0] <= ev[1], "data.synthetic_events", ev, "must be [min, max], 1 <= min <= max")
 
@@ -279,8 +301,14 @@ class MetricsConfig:
     # Fact recall (scaleformer.metrics.facts): "auto" scores it when every reference is a ledger summary
     # of the bundled synthetic task (absent elsewhere); "off" never.
     facts: str = "auto"
+    # Every evaluation also scores documents by length (their tokens, as the model reads them): buckets
+    # [0, e1), [e1, e2), ..., [eN, inf) from these edges; BERTScore is left out of the buckets.
+    length_buckets: list[int] = field(default_factory=lambda: [1024, 4096, 16384, 65536])
 
     def __post_init__(self) -> None:
+        b = self.length_buckets
+        check(all(x > 0 for x in b) and b == sorted(set(b)), "metrics.length_buckets", b,
+              "must be increasing positive token counts")
         check(self.sentence_splitter in ("auto", "nltk", "regex"), "metrics.sentence_splitter",
               self.sentence_splitter, "must be auto, nltk or regex")
         check(self.facts in ("auto", "off"), "metrics.facts", self.facts, "must be auto or off")
@@ -324,32 +352,6 @@ class Config:
         for prefix in self.allowed_targets:
             check(isinstance(prefix, str) and bool(prefix.strip(".")), "allowed_targets", prefix,
                   "entries must be module prefixes such as my_package.callbacks")
-
-
-# `_target_` prefixes the logger and callbacks groups may always instantiate.
-TARGET_PREFIXES = ("lightning.", "pytorch_lightning.", "scaleformer.")
-
-
-def check_targets(group: str, nodes: dict[str, Any], allowed: list[str]) -> None:
-    """Every `_target_` in a user-facing group (and nested in its arguments) comes from an allowed module."""
-    prefixes = (*TARGET_PREFIXES, *(p if p.endswith(".") else p + "." for p in allowed))
-
-    def walk(key: str, node: Any) -> None:
-        if isinstance(node, dict):
-            target = node.get("_target_")
-            if target is not None and not (isinstance(target, str) and target.startswith(prefixes)):
-                raise ConfigError(
-                    f"{key}._target_={target!r}: not instantiated: a {group} target must come from "
-                    f"{', '.join(p.rstrip('.') for p in TARGET_PREFIXES)} or a module prefix listed in "
-                    "allowed_targets (e.g. +allowed_targets=[my_package])")
-            for k, v in node.items():
-                walk(f"{key}.{k}", v)
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                walk(f"{key}[{i}]", v)
-
-    for name, node in nodes.items():
-        walk(f"{group}.{name}", node)
 
 
 def register_configs() -> None:

@@ -3,7 +3,9 @@
     python scripts/scrolls_submission.py results/runs/<govreport run>/eval/<evaluation>/predictions_test.jsonl \
         results/runs/<summscreen run>/eval/<evaluation>/predictions_test.jsonl --out results/scrolls
 
-Writes, for each SCROLLS task the predictions cover, ``<task>.json``: the mapping ``{id: prediction}``
+All seven tasks: GovReport, SummScreenFD and QMSum (summaries), Qasper and NarrativeQA (free answers),
+QuALITY (the chosen option's text) and ContractNLI (Entailment / Contradiction / Not mentioned); the
+predictions are the generated text in every case. Writes, for each SCROLLS task the predictions cover, ``<task>.json``: the mapping ``{id: prediction}``
 that SCROLLS' evaluator reads ("Predictions Format", tau-nlp/scrolls evaluator/README.md), and
 ``scrolls_predictions.csv`` with the columns ``Task, ID, Prediction`` that the leaderboard takes
 (evaluator/prepare_submission.py writes that file from all seven tasks' JSON files). The task of a
@@ -28,6 +30,9 @@ import yaml  # noqa: E402
 from scaleformer.io import atomic_write_json, atomic_write_text, read_jsonl  # noqa: E402
 
 SCROLLS_TASKS = ("gov_report", "summ_screen_fd", "qmsum", "narrative_qa", "qasper", "quality", "contract_nli")
+# The data option (conf/data/) that evaluates each task.
+DATA_OPTION = {"gov_report": "govreport", "summ_screen_fd": "summscreen", "qmsum": "qmsum",
+               "narrative_qa": "narrative_qa", "qasper": "qasper", "quality": "quality", "contract_nli": "contract_nli"}
 COLUMNS = ("Task", "ID", "Prediction")
 
 
@@ -91,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {p}")
     missing = [t for t in SCROLLS_TASKS if t not in tasks]
     if missing:
-        print(f"note: the leaderboard takes all seven tasks; add {', '.join(missing)} with SCROLLS' "
-              "evaluator/prepare_submission.py (it reads the <task>.json files above)")
+        runs = ", ".join(f"{t} (data={DATA_OPTION[t]})" for t in missing)
+        print(f"note: the leaderboard takes all seven tasks; still missing {runs}: evaluate them on the test "
+              "split and pass their predictions_test.jsonl here too")
     return 0
 
 

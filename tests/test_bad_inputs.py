@@ -257,8 +257,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.what for c in CASES])
-def test_bad_input_gives_one_clear_line(case: Bad, tmp_path: Path) -> None:
+def assert_one_clear_line(case: Bad, tmp_path: Path) -> str:
+    """The case's trigger raises its error with one line matching its message (and returns it)."""
     with pytest.raises(case.error) as e:
         case.trigger(tmp_path)
     msg = str(e.value.code) if isinstance(e.value, SystemExit) else str(e.value)
@@ -266,6 +266,12 @@ def test_bad_input_gives_one_clear_line(case: Bad, tmp_path: Path) -> None:
     assert re.search(case.message, msg.removeprefix("error: ")), msg
     if isinstance(e.value, SystemExit):
         assert msg.startswith("error: ")
+    return msg
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.what for c in CASES])
+def test_bad_input_gives_one_clear_line(case: Bad, tmp_path: Path) -> None:
+    assert_one_clear_line(case, tmp_path)
 
 
 def test_the_table_covers_every_kind_of_mistake() -> None:

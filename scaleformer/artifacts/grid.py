@@ -154,9 +154,11 @@ def resolve_run_ids(cells: list[Cell], root: Path | None = None) -> None:
 
 def truncation_ceilings(spec: dict[str, Any], profile: str, cells: list[Cell],
                         root: Path | None = None) -> dict[tuple[str, str], float]:
-    """(split label, column) -> the share (x100) of the evaluated ledgers' events inside the first
-    window truncation keeps, from the very files the runs read; synthetic columns only."""
+    """(split label, column) -> the share (x100) of the evaluated ledgers' events (QA ledgers: of their
+    answers) inside the first window truncation keeps, from the very files the runs read; synthetic
+    columns only."""
     from scaleformer.data.sources import SyntheticSource
+    from scaleformer.metrics.answers import window_answer_ceiling
     from scaleformer.metrics.facts import window_ceiling
     from scaleformer.model.backbone import load_tokenizer, max_positions, model_config
 
@@ -172,10 +174,13 @@ def truncation_ceilings(spec: dict[str, Any], profile: str, cells: list[Cell],
         for label, split in spec["splits"].items():
             if split not in rc.trainer.eval_splits or not rc.data.synthetic_docs.get(split):
                 continue
-            docs: dict[str, str] = {}
+            docs: dict[str, dict[str, str]] = {}
             for line in source.file(split).read_text(encoding="utf-8").splitlines():
                 row = json.loads(line)
-                docs.setdefault(row["id"], row["input"])
-            texts = list(docs.values())[: rc.data.max_eval_examples or None]
-            out[(label, key)] = window_ceiling(texts, tok, window)["fact_ceiling"]
+                docs.setdefault(row["id"], row)
+            rows = list(docs.values())[: rc.data.max_eval_examples or None]
+            if rc.data.synthetic_task == "qa":  # the answers inside the window, after the query
+                out[(label, key)] = window_answer_ceiling(rows, tok, window)
+            else:
+                out[(label, key)] = window_ceiling([r["input"] for r in rows], tok, window)["fact_ceiling"]
     return out

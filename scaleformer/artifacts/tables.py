@@ -101,7 +101,8 @@ def table_rows(spec: dict[str, Any], cells: list[Cell], got: Collected, metrics:
                 })
         for ds in spec["datasets"]:
             if ceilings and (split_label, ds) in ceilings:
-                rows.append({"split": split_label, "method": CEILING, "dataset": ds, "metric": "fact_recall",
+                rows.append({"split": split_label, "method": CEILING, "dataset": ds,
+                             "metric": spec.get("ceiling_metric", "fact_recall"),
                              "ours": ceilings[(split_label, ds)], "paper": None, "diff": None,
                              "status": "computed from the data", "run_id": "", "evaluation": "",
                              "trained_in": "", "commit": ""})
@@ -126,10 +127,12 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: 
                                  for m in metrics]]
     renamed = [f"{column_label(spec, profile, d)} = the paper's {d}" for d in datasets
                if column_label(spec, profile, d) != d]
+    has_paper = bool(spec.get("paper"))
     lines = [f"# {title(spec, profile)}", "",
-             "Each cell: ours (paper, ours - paper). `–`: no number (see status below). dev = validation "
+             ("Each cell: ours (paper, ours - paper). " if has_paper else "Each cell: ours (no paper reports "
+              "this table). ") + "`–`: no number (see status below). dev = validation "
              "split; test = test split (scored locally only where references are public).", ""]
-    if renamed:
+    if renamed and has_paper:
         lines += [f"Profile `{profile}`: our columns are stand-ins, the paper's values are beside them: "
                   + "; ".join(renamed) + ".", ""]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -144,9 +147,9 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: 
                         cells.append("")
                         continue
                     diff = "" if r["diff"] is None else f", {r['diff']:+.1f}"
-                    cells.append(_fmt(r["ours"]) + ("" if r["paper"] is None and meth == CEILING
+                    cells.append(_fmt(r["ours"]) + ("" if (r["paper"] is None and meth == CEILING) or not has_paper
                                                     else f" ({_fmt(r['paper'])}{diff})"))
-            label = CEILING_LABEL if meth == CEILING else spec["method_labels"].get(meth, meth)
+            label = spec.get("ceiling_label", CEILING_LABEL) if meth == CEILING else spec["method_labels"].get(meth, meth)
             lines.append(f"| {split} | {label} | " + " | ".join(cells) + " |")
     lines += ["", "| method | dataset | status | run | trained in | evaluation | commit |",
               "|---|---|---|---|---|---|---|"]
@@ -185,7 +188,7 @@ def render_latex(spec: dict[str, Any], rows: list[dict[str, Any]], profile: str 
         for meth in dict.fromkeys(r["method"] for r in rows):
             vals = [_fmt((by.get((split, meth, d, m)) or {}).get("ours")).replace("–", "--")
                     for d in datasets for m in metrics]
-            label = CEILING_LABEL if meth == CEILING else spec["method_labels"].get(meth, meth)
+            label = spec.get("ceiling_label", CEILING_LABEL) if meth == CEILING else spec["method_labels"].get(meth, meth)
             out.append(f"{split} & {label} & " + " & ".join(vals) + r" \\")
         out.append(r"\midrule")
     out[-1] = r"\bottomrule"
@@ -201,7 +204,7 @@ def build_table(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
     got = collect(cells, lambda key: column_label(spec, profile, key))
     metrics = profile_metrics(spec, profile)
     ceilings = None
-    if "fact_recall" in metrics:
+    if spec.get("ceiling_metric", "fact_recall") in metrics:
         ceilings = truncation_ceilings(spec, profile, cells, root)
     rows = table_rows(spec, cells, got, metrics, ceilings)
     name = spec["artifact"]

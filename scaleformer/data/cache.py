@@ -55,7 +55,7 @@ def entry_path(cfg: DataConfig, role: str, split: str, source: dict[str, Any], t
     """The cache folder of one split: `<cache_dir>/tokenized/<name>-<role>-<key>`."""
     payload = {
         "v": CACHE_VERSION, "source": source, "split": split, "role": role,
-        "fields": [cfg.input_field, cfg.target_field, cfg.id_field, cfg.prefix_field],
+        "fields": [cfg.input_field, cfg.target_field, cfg.id_field, cfg.prefix_field, cfg.query_split],
         "max_input_tokens": cfg.max_input_tokens, "max_target_tokens": cfg.max_target_tokens,
         "cap": cfg.max_train_examples if role == "train" else cfg.max_eval_examples,
         "tokenizer": tokenizer_fp,

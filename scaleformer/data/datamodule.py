@@ -128,7 +128,7 @@ class SummarizationDataModule(pl.LightningDataModule):
                 arrays, lengths = encode(examples, self.tokenizer, max_input_tokens=self.cfg.max_input_tokens,
                                          max_target_tokens=self.cfg.max_target_tokens,
                                          suffix_special=self.suffix_special,
-                                         with_prefix=self.cfg.prefix_field is not None)
+                                         with_prefix=self.cfg.has_query)
                 cache.write(path, arrays, [e.id for e in examples], [e.references for e in examples],
                             {**stats, **lengths})
                 log.info("tokenized %s split %r: %d examples in %.1fs -> %s", self.cfg.name, role,
@@ -185,7 +185,7 @@ class SummarizationDataModule(pl.LightningDataModule):
             sampler=sampler,
             # Workers' base seeds come from this generator, not the global RNG that dropout uses.
             generator=torch.Generator() if train else None,
-            collate_fn=Collator(self.pad_id, with_prefix=self.cfg.prefix_field is not None),
+            collate_fn=Collator(self.pad_id, with_prefix=self.cfg.has_query),
             num_workers=self.cfg.num_workers,
             persistent_workers=self.cfg.num_workers > 0,
         )

@@ -122,6 +122,27 @@ def _conflict(first: Row, row: Row, field: str, key: str) -> DataError:
         "documents distinct ids")
 
 
+def split_query(text: str, mode: str, loc: str) -> tuple[str, str]:
+    """(query, document) of a SCROLLS input, which is the query, a blank line, then the document.
+
+    The rule is SCROLLS' (Shaham et al., 2022, sec. 3: "we prepend [the query] to the text, using two
+    newlines as a natural separator"), split back as SLED's ``tau/sled`` data and lm-evaluation-harness'
+    SCROLLS tasks do: ``blank_line`` cuts at the first blank line; ``options`` (QuALITY, whose question
+    is followed by its options "(A) ... (D) ..." after a blank line) at the first blank line after "(D)".
+    """
+    start = 0
+    if mode == "options":
+        start = text.find("(D)")
+        if start < 0:
+            raise DataError(f"{loc}: no answer options \"(A) ... (D)\" before the document (data.query_split="
+                            "options reads QuALITY's format)")
+    cut = text.find("\n\n", start)
+    if cut < 0:
+        raise DataError(f"{loc}: no blank line between the query and the document (data.query_split={mode} "
+                        "reads SCROLLS' 'query\\n\\ndocument' inputs); set data.query_split=null if it has no query")
+    return text[:cut].strip(), text[cut + 2:].strip()
+
+
 def to_rows(raw: RawSplit, cfg: DataConfig) -> list[Row]:
     """Check each row's fields and flatten list-valued targets (several references for one input).
 
@@ -144,6 +165,8 @@ def to_rows(raw: RawSplit, cfg: DataConfig) -> list[Row]:
                                 "they would merge into one document; use one type for every id")
         text = _string(obj, cfg.input_field, "input_field", loc)
         prefix = _string(obj, cfg.prefix_field, "prefix_field", loc) if cfg.prefix_field else None
+        if cfg.query_split and text.strip():
+            prefix, text = split_query(text, cfg.query_split, loc)
         targets = _targets(obj, cfg.target_field, loc)
         row = Row(row_id, text, targets[0], prefix, loc)
         seen = first.setdefault(row_id, row)

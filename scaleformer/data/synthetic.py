@@ -123,6 +123,13 @@ def _fact_summary(f: dict[str, Any], paraphrase: bool) -> str:
 def make_document(rng: random.Random, n_words: int, n_events: tuple[int, int] = DEFAULT_EVENTS) -> tuple[str, str, str]:
     """One (document, reference, paraphrased reference) triple of about `n_words` words with
     `n_events` (inclusive range) key events."""
+    doc, ref, ref2, _ = make_ledger(rng, n_words, n_events)
+    return doc, ref, ref2
+
+
+def make_ledger(rng: random.Random, n_words: int, n_events: tuple[int, int] = DEFAULT_EVENTS
+                ) -> tuple[str, str, str, list[dict[str, Any]]]:
+    """:func:`make_document`'s triple and the events themselves (in document order)."""
     town = rng.choice(PLACES).removeprefix("the ")
     volume = rng.randint(2, 99)
     n_facts = rng.randint(*n_events)
@@ -153,7 +160,28 @@ def make_document(rng: random.Random, n_words: int, n_events: tuple[int, int] = 
     ref = " ".join([head] + [_fact_summary(f, False) for f in facts])
     head2 = f"Volume {volume} of the {town} ledger lists {n_facts} events."
     ref2 = " ".join([head2] + [_fact_summary(f, True) for f in facts])
-    return doc, ref, ref2
+    return doc, ref, ref2, facts
+
+
+def qa_rows(split: str, n_docs: int, n_words: int, seed: int = DEFAULT_SEED,
+            n_events: tuple[int, int] = DEFAULT_EVENTS) -> list[dict[str, Any]]:
+    """Question-answering rows (`id, query, input, output, answer_at`): one question per ledger about
+    one event, chosen uniformly, so its answer sits anywhere in the document (``answer_at``: where the
+    event's sentence starts, as a share of the document's characters).
+
+    The question names the event's day ("What happened on day 213?", days are distinct within a
+    ledger); the answer states the event as the ledger summaries do ("Ada Moss bought 27 lanterns at
+    the Mill."): exact match needs the whole event right, token F1 gives its parts partial credit. A
+    reader that does not find the day in the document can only guess the actor, action, count, item
+    and place."""
+    rng = random.Random(_int_seed(seed, f"qa-{split}"))
+    rows = []
+    for i in range(n_docs):
+        doc, _, _, facts = make_ledger(rng, n_words, n_events)
+        f = rng.choice(facts)
+        rows.append({"id": f"{split}-qa-{i:04d}", "query": f"What happened on day {f['day']}?", "input": doc,
+                     "output": _fact_summary(f, False), "answer_at": round(doc.index(_fact_doc(f)) / len(doc), 4)})
+    return rows
 
 
 def split_rows(split: str, n_docs: int, n_words: int, seed: int = DEFAULT_SEED,
@@ -177,6 +205,7 @@ def generate(
     seed: int = DEFAULT_SEED,
     split_words: dict[str, int] | None = None,
     n_events: tuple[int, int] = DEFAULT_EVENTS,
+    task: str = "summary",
 ) -> dict[str, Path]:
     """Write `<split>.jsonl` for each split under a folder keyed by the settings; reuse it if present.
 
@@ -192,13 +221,16 @@ def generate(
         settings["split_words"] = dict(sorted(split_words.items()))
     if tuple(n_events) != DEFAULT_EVENTS:
         settings["events"] = list(n_events)
+    if task != "summary":
+        settings["task"] = task
+    make_rows = qa_rows if task == "qa" else split_rows
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     folder = Path(out_dir) / f"synthetic-{key}"
     paths = {}
     for split, n in docs.items():
         path = folder / f"{split}.jsonl"
         if not path.exists():
-            atomic_write_jsonl(path, split_rows(split, n, split_words.get(split, n_words), seed, tuple(n_events)))
+            atomic_write_jsonl(path, make_rows(split, n, split_words.get(split, n_words), seed, tuple(n_events)))
         paths[split] = path
     if not (folder / "settings.json").exists():
         atomic_write_text(folder / "settings.json", json.dumps(settings, indent=2) + "\n")

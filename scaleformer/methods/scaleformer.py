@@ -13,7 +13,9 @@ Middle tokens (section 3.3, "random sampling"): in training a fresh uniform draw
 (torch's RNG); at evaluation a reproducible draw, the top-m of a hash of (``middle_seed``, the
 chunk's index in its document, the document position), so the same config gives the same tokens
 whatever the batch, and overlapping chunks draw independently, as in training (ours: the paper does
-not say how evaluation samples). ``uniform`` (ours) spaces them evenly.
+not say how evaluation samples). ``uniform`` (ours) spaces them evenly. ``query`` (ours, for data with
+a query) takes the m interior tokens the query attends to most in the last layer, in training and
+evaluation alike (:mod:`scaleformer.ops.query_middle`).
 
 Cost (ours, no effect on the numbers beyond float rounding): with ``kept_only_last_layer`` (default)
 the encoder's last layer computes queries, attention output, FFN and final norm only at the kept
@@ -33,6 +35,7 @@ from scaleformer.methods.chunked import ChunkedConfig, ChunkedMethod
 from scaleformer.ops.chunking import ChunkLayout, PickFn
 from scaleformer.ops.fusion import span_cumulation
 from scaleformer.ops.kept_layer import encode_at
+from scaleformer.ops.query_middle import query_middle_picks
 
 _MASK32 = 0xFFFFFFFF
 
@@ -46,7 +49,8 @@ class ScaleFormerConfig(ChunkedConfig):
     alpha: float = 0.5
     # m: middle tokens per chunk (all interior tokens when the interior has fewer).
     middle_tokens: int = 0
-    # "random" (the paper; fresh each training step, seeded hash at evaluation) or "uniform".
+    # "random" (the paper; fresh each training step, seeded hash at evaluation), "uniform", or "query":
+    # the interior tokens the query attends to most in the last layer (scaleformer.ops.query_middle).
     middle_strategy: str = "random"
     # Seed of the evaluation-time random selection (same seed + config = same tokens).
     middle_seed: int = 0
@@ -65,8 +69,8 @@ class ScaleFormerConfig(ChunkedConfig):
               f"2 * boundary_tokens must be <= method.chunk_size ({self.chunk_size})")
         check(self.middle_tokens >= 0, "method.middle_tokens", self.middle_tokens, "must be >= 0")
         check(0.0 <= self.alpha <= 1.0, "method.alpha", self.alpha, "must be in [0, 1]")
-        check(self.middle_strategy in ("random", "uniform"), "method.middle_strategy", self.middle_strategy,
-              "must be 'random' or 'uniform'")
+        check(self.middle_strategy in ("random", "uniform", "query"), "method.middle_strategy", self.middle_strategy,
+              "must be 'random', 'uniform' or 'query' (the query's most-attended interior tokens)")
 
 
 class ScaleFormer(ChunkedMethod):
@@ -119,7 +123,15 @@ class ScaleFormer(ChunkedMethod):
         return torch.where(ok, lo + offset, 0), ok
 
     def pick_fn(self, training: bool) -> PickFn | None:
+        if self.cfg.middle_strategy == "query" and self.cfg.middle_tokens > 0:
+            return query_middle_picks(self.cfg.boundary_tokens)
         return encode_at if self.cfg.kept_only_last_layer else None
+
+    def check_prefix(self, n_tokens: int) -> None:
+        super().check_prefix(n_tokens)
+        check(self.cfg.middle_strategy != "query" or n_tokens > 0 or self.cfg.middle_tokens == 0,
+              "method.middle_strategy", "query", "needs a query per document (data.prefix_field or "
+              "data.query_split); this data has none")
 
     def combined_columns(self, width: int) -> torch.Tensor:
         """The k left and k right boundary slots (middles pass through unchanged)."""

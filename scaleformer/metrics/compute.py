@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scaleformer.config import MetricsConfig
+from scaleformer.metrics.answers import answer_scores, task_score
 from scaleformer.metrics.bertscore import compute_bertscore
 from scaleformer.metrics.facts import compute_facts
 from scaleformer.metrics.rouge import compute_rouge
@@ -38,8 +39,13 @@ def compute_metrics(
     *,
     device: str | None = None,
     num_workers: int | None = None,
+    task_metric: str = "rouge",
 ) -> dict[str, Any]:
-    """All summarization metrics for one prediction set, as one flat dict ready for a results file.
+    """All metrics for one prediction set, as one flat dict ready for a results file.
+
+    ``task_metric`` is the data's own metric (``data.task_metric``): ``rouge`` for summarization, or
+    ``f1`` / ``exact_match`` for SCROLLS' question-answering tasks, which adds both answer scores;
+    ``task_score`` is that metric's number (SCROLLS' geometric mean of R-1/2/L for ``rouge``).
 
     Documents without a reference (hidden test labels) are left out of every mean; if none has one,
     only metadata comes back with ``scored: False``. Scores are present only when computed: the
@@ -76,6 +82,10 @@ def compute_metrics(
     out.update(compute_rouge(kp, kr, use_stemmer=cfg.use_stemmer,
                              sentence_splitter=cfg.sentence_splitter, num_workers=num_workers,
                              tokenizer=cfg.rouge_tokenizer))
+    if task_metric != "rouge":  # question answering: SCROLLS' F1 and exact match, whichever the task reports
+        out.update(answer_scores(kp, kr))
+    out["task_metric"] = task_metric
+    out["task_score"] = task_score(task_metric, out)
     if cfg.facts == "auto":  # ledger references only: absent, not zero, on any other data
         out.update(compute_facts(kp, kr))
     if bs.enabled:

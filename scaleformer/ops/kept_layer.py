@@ -153,6 +153,11 @@ def _inputs(family: str, layer: nn.Module, args: tuple, kwargs: dict) -> tuple[t
     return a["hidden_states"], a["position_bias"]
 
 
+def layer_inputs(family: str, layer: nn.Module, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The inputs a pre-hook saw the last layer called with: hidden states and (T5) position bias."""
+    return _inputs(family, layer, args, kwargs)
+
+
 def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """``[b, n, H * D]`` to ``[b, H, n, D]``."""
     b, n, _ = x.shape

@@ -106,7 +106,8 @@ class ValidationRouge(pl.Callback):
     """
 
     def __init__(self, use_stemmer: bool = False, sentence_splitter: str = "auto",
-                 rouge_tokenizer: str = "scrolls") -> None:
+                 rouge_tokenizer: str = "scrolls", task_metric: str = "rouge") -> None:
+        self.task_metric = task_metric
         self.cfg = MetricsConfig(use_stemmer=use_stemmer, sentence_splitter=sentence_splitter,
                                  rouge_tokenizer=rouge_tokenizer, bertscore=BertScoreConfig(enabled=False))
 
@@ -116,9 +117,10 @@ class ValidationRouge(pl.Callback):
         rows = getattr(pl_module, "val_outputs", [])
         if not rows or trainer.sanity_checking:
             return
-        m = compute_metrics([r["prediction"] for r in rows], [r["reference"] for r in rows], self.cfg)
+        m = compute_metrics([r["prediction"] for r in rows], [r["reference"] for r in rows], self.cfg,
+                            task_metric=self.task_metric)
         for k, v in numeric(m).items():
-            pl_module.log(f"val/{k}", v, prog_bar=k == "rougeL", batch_size=len(rows))
+            pl_module.log(f"val/{k}", v, prog_bar=k in ("rougeL", "task_score"), batch_size=len(rows))
 
 
 class StepProgressBar(TQDMProgressBar):

@@ -98,6 +98,8 @@ def count_parameters(model: Any) -> str:
 
 _SHOWN = (("rouge1", "R-1"), ("rouge2", "R-2"), ("rougeL", "R-L"), ("rougeLsum", "R-Lsum"),
           ("bertscore_f1", "BERTScore"))
+# Question answering (data.task_metric f1 or exact_match): SCROLLS' answer scores.
+_ANSWERS = (("f1", "F1"), ("exact_match", "EM"))
 # Synthetic ledgers only (scaleformer.metrics.facts): events stated exactly, and their parts.
 _FACTS = (("fact_recall", "Facts"), ("fact_field_recall", "Fact parts"))
 
@@ -105,7 +107,9 @@ _FACTS = (("fact_recall", "Facts"), ("fact_field_recall", "Fact parts"))
 def summary_table(result: dict[str, Any], out_dir: Path) -> str:
     """A short table of the headline numbers, then where the files are."""
     m = result["method"]
-    shown = [*_SHOWN, *_FACTS] if any("fact_recall" in s for s in result["splits"].values()) else list(_SHOWN)
+    splits = result["splits"].values()
+    shown = [*_SHOWN, *(_ANSWERS if any("f1" in s for s in splits) else ()),
+             *(_FACTS if any("fact_recall" in s for s in splits) else ())]
     header = f"{'split':<12}{'n':>6}" + "".join(f"{label:>11}" for _, label in shown)
     lines = ["", f"run {result['run_id']}  ({m['option']}, {result['backbone']['name']}, {result['data']['name']}; "
              f"step {result['step']}, {result['wall_time_s']:.0f} s)", header]

@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scaleformer.config import Config, _key_hint, check_targets, trainer_config
+from scaleformer.config import Config, _key_hint, trainer_config
 from scaleformer.errors import ConfigError, check
 from scaleformer.runs import identity
 
@@ -65,6 +65,32 @@ def check_groups(cfg: DictConfig) -> tuple[Config, DictConfig]:
     for key, value in (("paths.root", obj.paths.root), ("paths.cache", obj.data.cache_dir)):
         check_path_length(key, str(value))
     return obj, resolved
+
+
+# `_target_` prefixes the logger and callbacks groups may always instantiate.
+TARGET_PREFIXES = ("lightning.", "pytorch_lightning.", "scaleformer.")
+
+
+def check_targets(group: str, nodes: dict[str, Any], allowed: list[str]) -> None:
+    """Every `_target_` in a user-facing group (and nested in its arguments) comes from an allowed module."""
+    prefixes = (*TARGET_PREFIXES, *(p if p.endswith(".") else p + "." for p in allowed))
+
+    def walk(key: str, node: Any) -> None:
+        if isinstance(node, dict):
+            target = node.get("_target_")
+            if target is not None and not (isinstance(target, str) and target.startswith(prefixes)):
+                raise ConfigError(
+                    f"{key}._target_={target!r}: not instantiated: a {group} target must come from "
+                    f"{', '.join(p.rstrip('.') for p in TARGET_PREFIXES)} or a module prefix listed in "
+                    "allowed_targets (e.g. +allowed_targets=[my_package])")
+            for k, v in node.items():
+                walk(f"{key}.{k}", v)
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(f"{key}[{i}]", v)
+
+    for name, node in nodes.items():
+        walk(f"{group}.{name}", node)
 
 
 def checkpoint_callback_dir(callbacks: dict[str, Any]) -> Path | None:

@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 from scaleformer.errors import ConfigError, redact_all
 from scaleformer.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from scaleformer.methods import Method, build_method
+from scaleformer.metrics.buckets import by_length
 from scaleformer.model import hub
 from scaleformer.model.backbone import backbone_spec, build_model, load_tokenizer, model_config
 from scaleformer.ops import compat
@@ -295,17 +296,29 @@ def evaluate_split(rc: RunConfig, trainer: pl.Trainer, module: SummarizationModu
     gen_time = time.time() - t0
     if not runtime.is_rank_zero():
         return None
-    n_tokens = sum(r.pop("input_tokens") for r in rows)
+    lengths = [r.pop("input_tokens") for r in rows]
     atomic_write_jsonl(out_dir / f"predictions_{split}.jsonl", rows)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    metrics = compute_metrics([r["prediction"] for r in rows], [r["reference"] for r in rows], rc.metrics,
-                              device=device)
+    preds, refs = [r["prediction"] for r in rows], [r["reference"] for r in rows]
+    task = rc.data.task_metric
+    metrics = compute_metrics(preds, refs, rc.metrics, device=device, task_metric=task)
+    no_bs = dataclasses.replace(rc.metrics, bertscore=dataclasses.replace(rc.metrics.bertscore, enabled=False))
+    metrics["by_length"] = by_length(lengths, rc.metrics.length_buckets, lambda idx: _headline(compute_metrics(
+        [preds[i] for i in idx], [refs[i] for i in idx], no_bs, task_metric=task)))
+    n_tokens = sum(lengths)
     return metrics | {
         "split": split,
         "n_examples": len(rows),
         "generation_time_s": round(gen_time, 2),
         "input_tokens_per_s": round(n_tokens / max(gen_time, 1e-9), 1),
     }
+
+
+def _headline(m: dict[str, Any]) -> dict[str, Any]:
+    """The scores of one length bucket (numbers only; the settings are the split's)."""
+    keys = ("n_scored", "rouge1", "rouge2", "rougeL", "rougeLsum", "rouge_geomean", "f1", "exact_match",
+            "task_score", "fact_recall", "fact_field_recall")
+    return {k: m[k] for k in keys if k in m}
 
 
 def git_commit() -> str:
