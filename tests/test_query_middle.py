@@ -99,3 +99,21 @@ def test_query_middles_need_a_query():
     with pytest.raises(ConfigError, match=r"method\.middle_strategy='query': needs a query per document"):
         method.check_prefix(0)
     method.check_prefix(5)
+
+
+def test_an_unreadable_last_layer_keeps_the_drawn_middles(monkeypatch, caplog):
+    """Where the layer is laid out otherwise (another transformers release), no scores: the drawn
+    middles, the full encoder's states, one warning."""
+    import scaleformer.ops.query_middle as qm
+
+    model, spec = tiny("bart")
+    encoder = model.get_encoder().eval()
+    ids, mask = rows([90, 60], spec.pad_id)
+    pos = torch.tensor([[0, 5, 6, 30], [0, 3, 4, 20]])
+    monkeypatch.setattr(qm, "layer_fits", lambda enc: False)
+    monkeypatch.setattr(qm, "_warned", [])
+    with torch.no_grad(), caplog.at_level("WARNING"):
+        got = qm.query_middle_picks(1)(encoder, ids, mask, [(None, pos)])[0]
+        want = encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(got, want.gather(1, pos[..., None].expand(-1, -1, want.shape[-1])))
+    assert sum("keeping the drawn middles" in r.getMessage() for r in caplog.records) == 1

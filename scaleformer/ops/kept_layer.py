@@ -153,6 +153,11 @@ def _inputs(family: str, layer: nn.Module, args: tuple, kwargs: dict) -> tuple[t
     return a["hidden_states"], a["position_bias"]
 
 
+def layer_fits(encoder: nn.Module) -> bool:
+    """Whether this encoder's last layer has the submodules read here (checked before any use)."""
+    return supported(encoder) and _fits(encoder_family(encoder), encoder, encoder_layers(encoder)[-1])
+
+
 def layer_inputs(family: str, layer: nn.Module, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The inputs a pre-hook saw the last layer called with: hidden states and (T5) position bias."""
     return _inputs(family, layer, args, kwargs)

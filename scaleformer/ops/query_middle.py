@@ -11,18 +11,25 @@ The scores come from the last layer's own projections of its inputs (BART: the l
 its pre-attention norm, plus the relative-position bias rows of the query positions), recorded by a
 forward pre-hook while the whole encoder runs; the kept states are then gathered from its output
 (the kept-positions shortcut of :mod:`scaleformer.ops.kept_layer` does not apply: the selection needs
-the full row first). Rows without a query keep the middles the method drew.
+the full row first). Rows without a query keep the middles the method drew. The layer's inputs are
+bound by name and its submodules checked as :mod:`scaleformer.ops.kept_layer` does (the seam,
+:mod:`scaleformer.ops.compat`); where a transformers release lays the layer out otherwise, the drawn
+middles are kept and a warning says so once.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-from scaleformer.ops.kept_layer import Pick, gather, layer_inputs
+from scaleformer.ops.kept_layer import Pick, full_then_gather, gather, layer_fits, layer_inputs
 from scaleformer.ops.spans import encoder_family, encoder_layers
+
+log = logging.getLogger(__name__)
+_warned: list[bool] = []  # one warning per process
 
 
 def query_scores(family: str, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
@@ -79,6 +86,13 @@ def query_middle_picks(k: int):
 
     def pick(encoder: nn.Module, ids: torch.Tensor, mask: torch.Tensor, picks: Sequence[Pick]
              ) -> list[torch.Tensor]:
+        if not layer_fits(encoder):
+            if not _warned:
+                _warned.append(True)
+                log.warning("method.middle_strategy=query: %s's last layer is not one the scores can read "
+                            "(not BART/T5, or another transformers layout): keeping the drawn middles",
+                            type(encoder).__name__)
+            return full_then_gather(encoder, ids, mask, picks)
         family = encoder_family(encoder)
         layer = encoder_layers(encoder)[-1]
         seen: dict = {}
