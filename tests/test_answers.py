@@ -141,3 +141,18 @@ def test_truncations_answer_ceiling_counts_answers_inside_its_window():
     assert window_answer_ceiling(rows, tok, 4096) == 100.0
     with pytest.raises(ValueError, match="not stated in its document"):
         window_answer_ceiling([{**rows[0], "output": "Nobody did anything."}], tok, 64)
+
+
+def test_score_command_reports_the_answer_metrics(tmp_path):
+    import json
+
+    from scaleformer.cli import score
+
+    f = tmp_path / "qa.jsonl"
+    f.write_text('{"id": "a", "prediction": "Paris.", "reference": ["paris", "Lyon"]}\n'
+                 '{"id": "b", "prediction": "the Rome", "reference": "Milan"}\n')
+    returned = score.main([str(f), "--no-bertscore", "--sentence-splitter", "regex", "--task-metric", "exact_match",
+                           "--out", str(tmp_path / "m.json")])
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert returned["task_score"] == m["task_score"]
+    assert (m["exact_match"], m["f1"], m["task_metric"], m["task_score"]) == (50.0, 50.0, "exact_match", 50.0)

@@ -161,6 +161,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rouge-tokenizer", choices=("scrolls", "unicode"), default=None,
                     help=f"default: {defaults.rouge_tokenizer} (unicode keeps non-Latin letters; see README)")
     ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    ap.add_argument("--task-metric", choices=("rouge", "f1", "exact_match"), default="rouge",
+                    help="the task's own metric (SCROLLS): f1 or exact_match add both answer scores")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
@@ -182,7 +184,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        metrics = compute_metrics(predictions, references, cfg, device=device)
+        metrics = compute_metrics(predictions, references, cfg, device=device, task_metric=args.task_metric)
     except BertScoreModelError as e:
         sys.exit(f"error: {e} (scaleformer score: --bertscore-model offline|auto|PATH, or --no-bertscore)")
     except RuntimeError as e:  # e.g. --sentence-splitter nltk without its data
