@@ -19,19 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from scaleformer.config import Config, _key_hint, trainer_config
 from scaleformer.errors import ConfigError, check
 from scaleformer.runs import identity
-
-
-@dataclass
-class RunConfig(Config):
-    """The validated, typed config of one run: :class:`Config`'s fields with ``method`` and ``trainer``
-    typed by their own schemas, and ``raw``, the resolved DictConfig saved with the results."""
-
-    raw: Any = None
-
-    @property
-    def method_option(self) -> str:
-        """The `method` option the user chose (e.g. scaleformer_middle); the class name without one."""
-        return str(self.choices.get("method") or self.method.name)
+from scaleformer.runs.run_config import RunConfig
 
 
 def to_config(cfg: DictConfig) -> RunConfig:

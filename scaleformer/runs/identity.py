@@ -32,7 +32,7 @@ from scaleformer.config import PathsConfig
 from scaleformer.errors import ConfigError
 
 if TYPE_CHECKING:
-    from scaleformer.runs.context import RunConfig
+    from scaleformer.runs.run_config import RunConfig
 
 TRAINING_GROUPS = ("backbone", "data", "method", "optim", "trainer", "seed")
 
