@@ -251,6 +251,26 @@ def test_auto_encoder_batch_size_follows_free_memory():
         auto_encoder_batch_size(torch.device("cuda"), 1024, spec, training=False, free_bytes=20 * gib)
 
 
+def test_auto_encoder_batch_size_respects_the_process_memory_cap(monkeypatch):
+    """With set_per_process_memory_fraction, the budget is the cap minus what the allocator holds,
+    not the device's free memory (the allocator, not the device, refuses beyond the cap)."""
+    from types import SimpleNamespace
+
+    from scaleformer.ops.chunking import auto_encoder_batch_size
+
+    gib = 2**30
+    spec = SimpleNamespace(d_model=768, n_encoder_layers=6)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (70 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 1 * gib)
+    dev = torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device=None: 1.0)
+    assert auto_encoder_batch_size(dev, 1024, spec, training=False) == \
+        auto_encoder_batch_size(dev, 1024, spec, training=False, free_bytes=70 * gib)
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device=None: 0.05)  # 4 GiB cap
+    assert auto_encoder_batch_size(dev, 1024, spec, training=False) == \
+        auto_encoder_batch_size(dev, 1024, spec, training=False, free_bytes=3 * gib)
+
+
 def test_auto_encoder_batch_size_matches_fixed_size_output():
     """encoder_batch_size=0 (auto) encodes exactly like an explicit micro-batch size."""
     from transformers import BartConfig, BartForConditionalGeneration

@@ -89,14 +89,15 @@ def _csv(path: Path) -> Records:
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     start = 1  # the line a row starts on (a quoted field may span lines)
 
-    def bad(e: csv.Error) -> DataError:
-        hint = ": a quoted field is never closed" if "end of data" in str(e) else ""
-        return DataError(f"{path}:{start}: malformed CSV ({e}){hint}")
+    def read() -> list[str] | None:
+        """The next row (None at the end); csv's own errors as file:line of the row's first line."""
+        try:
+            return next(reader, None)
+        except csv.Error as e:
+            hint = ": a quoted field is never closed" if "end of data" in str(e) else ""
+            raise DataError(f"{path}:{start}: malformed CSV ({e}){hint}") from None
 
-    try:
-        header = next(reader, None)
-    except csv.Error as e:
-        raise bad(e) from None
+    header = read()
     if header is None:
         return
     dup = next((h for h in header if header.count(h) > 1), None)
@@ -104,10 +105,7 @@ def _csv(path: Path) -> Records:
         raise DataError(f"{path}:1: column {dup!r} appears twice in the header: rename one")
     while True:
         start = reader.line_num + 1
-        try:
-            row = next(reader, None)
-        except csv.Error as e:
-            raise bad(e) from None
+        row = read()
         if row is None:
             return
         if not row:  # a blank line
