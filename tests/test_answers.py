@@ -135,8 +135,8 @@ def test_truncations_answer_ceiling_counts_answers_inside_its_window():
     filler = " ".join(["The quiet mill stood by the river."] * 40)
     early = f"On day 3, Ada Moss bought 27 lanterns at the Mill. {filler}"
     late = f"{filler} On day 9, Ada Moss sold 5 bells at the Quay."
-    rows = [{"query": "What happened on day 3?", "input": early, "output": "Ada Moss bought 27 lanterns at the Mill."},
-            {"query": "What happened on day 9?", "input": late, "output": "Ada Moss sold 5 bells at the Quay."}]
+    rows = [{"query": "What happened on day 3?", "input": early, "output": "On day 3, Ada Moss bought 27 lanterns at the Mill."},
+            {"query": "What happened on day 9?", "input": late, "output": "On day 9, Ada Moss sold 5 bells at the Quay."}]
     assert window_answer_ceiling(rows, tok, 64) == 50.0
     assert window_answer_ceiling(rows, tok, 4096) == 100.0
     with pytest.raises(ValueError, match="not stated in its document"):
@@ -156,3 +156,28 @@ def test_score_command_reports_the_answer_metrics(tmp_path):
     m = json.loads((tmp_path / "m.json").read_text())
     assert returned["task_score"] == m["task_score"]
     assert (m["exact_match"], m["f1"], m["task_metric"], m["task_score"]) == (50.0, 50.0, "exact_match", 50.0)
+
+
+def test_the_bundled_questions_name_a_day_stated_once_and_answers_spread_over_the_ledger():
+    import re
+
+    from scaleformer.data.synthetic import qa_rows
+
+    rows = qa_rows("validation", 24, 600)
+    for row in rows:
+        day = re.fullmatch(r"What happened on day (\d+)\?", row["query"]).group(1)
+        assert row["output"].startswith(f"On day {day}, ") and row["input"].count(f"On day {day},") == 1
+        assert abs(row["input"].index(row["output"]) - row["answer_at"] * len(row["input"])) <= 1
+    positions = [r["answer_at"] for r in rows]
+    assert min(positions) < 0.3 and max(positions) > 0.7, "answers must also sit late in the document"
+
+
+def test_scores_by_window_keep_answers_inside_and_past_the_window_apart():
+    from scaleformer.metrics.answers import scores_by_window
+
+    preds = ["On day 3, Ada Moss sold 5 bells.", "On day 9, Ada Moss sold 6 bells.", "On day 4, Bo Lin ran."]
+    refs = [["On day 3, Ada Moss sold 5 bells."], ["On day 9, Cy Ng bought 6 jars."], ["On day 4, Bo Lin ran."]]
+    got = scores_by_window(preds, refs, [True, False, False])
+    assert got["inside"] == {"n": 1, "f1": 100.0, "exact_match": 100.0}
+    # past: one exact, one sharing "on day 9" and "6": 4 of 8 tokens each way (F1 0.5)
+    assert got["past"] == {"n": 2, "exact_match": 50.0, "f1": 75.0}

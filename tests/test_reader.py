@@ -32,6 +32,37 @@ def test_a_recipe_writes_a_model_folder_and_resumes_its_later_stages(tmp_path):
     other = replace(MICRO, seed=MICRO.seed + 1)
     with pytest.raises(SystemExit, match="not written by the first stages"):
         pretrain.pretrain(other, tmp_path / "c", log=lambda *_: None, resume=tmp_path / "a")
+    # A recipe extending another's stages (as tiny_bart_qa_reader extends tiny_bart_reader) resumes
+    # from that reader's folder under its own name and runs only its own stage.
+    qa = replace(MICRO, name="micro_qa_reader", stages=(*MICRO.stages, reader.Stage(
+        "qa", steps=2, batch=2, lr=1e-3, warmup=1, length=(30, 40), events=(2, 3))))
+    info = pretrain.pretrain(qa, tmp_path / "d", log=lambda *_: None, resume=tmp_path / "b")
+    assert [s["kind"] for s in info["stages"]] == ["copy", "ledger", "qa"]
+    assert info["fingerprint"] == qa.fingerprint() and info["recipe"]["name"] == "micro_qa_reader"
+
+
+def test_question_batches_are_the_rows_every_method_builds_from_a_query_prefix():
+    """The QA stage's input is [question][<s> document </s>] (prepend_prefix's layout, truncation's
+    input) and its label the asked event's sentence, which the document states after the day."""
+    import random
+
+    from scaleformer.methods.truncation import prepend_prefix
+    from scaleformer.model.tokenizer import load_offline_tokenizer
+
+    tok = load_offline_tokenizer("bart")
+    stage = reader.Stage("qa", steps=1, batch=3, lr=1e-3, warmup=1, length=(60, 80), events=(2, 4))
+    batch = pretrain._qa_batch(stage, tok, random.Random(5))
+    for i in range(stage.batch):
+        ids = batch["input_ids"][i][batch["attention_mask"][i].bool()].tolist()
+        answer = tok.decode([t for t in batch["labels"][i].tolist() if t != -100], skip_special_tokens=True)
+        question, _, document = tok.decode(ids).partition("<s>")
+        day = question.removeprefix("What happened on day ").removesuffix("?")
+        assert question.startswith("What happened on day ") and document.endswith("</s>")
+        assert answer.startswith(f"On day {day}, ") and answer in document
+    q = tok(["What happened on day 7?"], add_special_tokens=False, return_tensors="pt")
+    d = tok(["On day 7, Ada Moss sold 5 bells at the Quay."], return_tensors="pt")
+    joined, _ = prepend_prefix(q["input_ids"], q["attention_mask"], d["input_ids"], d["attention_mask"], tok.pad_token_id)
+    assert tok.decode(joined[0]).startswith("What happened on day 7?<s>On day 7")
 
 
 @pytest.mark.parametrize("arch", sorted(reader.RECIPES))

@@ -1,9 +1,12 @@
 """Pretraining the tiny readers by their recipes (:mod:`scaleformer.model.readers`), on the CPU.
 
-    python -m scaleformer.artifacts.pretrain_reader bart [--out DIR] [--resume DIR]     # and t5
+    python -m scaleformer.artifacts.pretrain_reader bart [--out DIR] [--resume DIR]     # t5, bart_qa
+    python -m scaleformer.artifacts.pretrain_reader bart_qa --resume scaleformer/assets/readers/tiny_bart_reader
 
 Stage 1 copies random token sequences, stages 2-3 summarize short synthetic ledgers with plain
-full attention (no long-context method takes part, so none is favoured). Each stage draws from its
+full attention (no long-context method takes part, so none is favoured); the QA reader's stage 4
+answers a question about one event of such a ledger. A recipe that extends another's stages
+resumes from that reader's folder. Each stage draws from its
 own seeded stream, so resuming after stage k runs the same data as a run from scratch. The folder
 is written atomically with ``recipe.json`` (recipe, fingerprint, losses, wall time).
 """
@@ -77,6 +80,27 @@ def _ledger_batch(stage: Stage, tok: Any, rng: random.Random) -> dict[str, Any]:
     return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
 
 
+def _qa_batch(stage: Stage, tok: Any, rng: random.Random) -> dict[str, Any]:
+    """Short ledgers with one question each: ``[question][<s> document </s>]``, the row every method
+    builds from a query prefix and its input (:func:`scaleformer.methods.truncation.prepend_prefix`)."""
+    import torch
+
+    from scaleformer.data import synthetic
+
+    words = rng.randint(*stage.length)
+    rows = [synthetic.qa_example(rng, words, stage.events) for _ in range(stage.batch)]
+    query = tok([r["query"] for r in rows], add_special_tokens=False)["input_ids"]
+    docs = tok([r["input"] for r in rows], truncation=True, max_length=1024 - max(map(len, query)))["input_ids"]
+    ids = [q + d for q, d in zip(query, docs)]
+    width = max(map(len, ids))
+    x = torch.full((len(ids), width), tok.pad_token_id)
+    for i, row in enumerate(ids):
+        x[i, : len(row)] = torch.tensor(row)
+    lab = tok([r["output"] for r in rows], return_tensors="pt", padding=True)
+    labels = lab["input_ids"].masked_fill(lab["attention_mask"] == 0, -100)
+    return {"input_ids": x, "attention_mask": (x != tok.pad_token_id).long(), "labels": labels}
+
+
 def _resume(recipe: Recipe, folder: Path) -> tuple[Any, list[dict[str, Any]]]:
     """A model folder written by this recipe's first stages, and their history (to run the rest)."""
     from transformers import AutoModelForSeq2SeqLM
@@ -84,8 +108,9 @@ def _resume(recipe: Recipe, folder: Path) -> tuple[Any, list[dict[str, Any]]]:
     info = json.loads((Path(folder) / "recipe.json").read_text(encoding="utf-8"))
     done = [Stage(**{**st, "length": tuple(st["length"]), "events": tuple(st["events"])})
             for st in info["recipe"]["stages"]]
-    mine = json.loads(json.dumps({**asdict(recipe), "stages": None}))  # tuples as JSON lists, like the file's
-    if tuple(done) != recipe.stages[: len(done)] or {**info["recipe"], "stages": None} != mine:
+    # Tuples as JSON lists, like the file's; the name may differ (a recipe extending another's stages).
+    mine = json.loads(json.dumps({**asdict(recipe), "stages": None, "name": None}))
+    if tuple(done) != recipe.stages[: len(done)] or {**info["recipe"], "stages": None, "name": None} != mine:
         raise SystemExit(f"{folder}: not written by the first stages of recipe {recipe.name}")
     return AutoModelForSeq2SeqLM.from_pretrained(str(folder), use_safetensors=True), list(info["stages"])
 
@@ -117,7 +142,7 @@ def pretrain(recipe: Recipe, out_dir: Path, log: Any = print, resume: Path | Non
         t0, losses = time.time(), []
         for step in range(stage.steps):
             batch = (_copy_batch(stage, len(tok), 4, gen) if stage.kind == "copy"
-                     else _ledger_batch(stage, tok, rng))
+                     else _qa_batch(stage, tok, rng) if stage.kind == "qa" else _ledger_batch(stage, tok, rng))
             loss = model(**batch).loss
             opt.zero_grad()
             loss.backward()

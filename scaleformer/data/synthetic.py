@@ -163,25 +163,28 @@ def make_ledger(rng: random.Random, n_words: int, n_events: tuple[int, int] = DE
     return doc, ref, ref2, facts
 
 
+def qa_example(rng: random.Random, n_words: int, n_events: tuple[int, int] = DEFAULT_EVENTS) -> dict[str, Any]:
+    """One ledger and one question about one of its events, chosen uniformly (``query, input, output,
+    answer_at``; ``answer_at``: where the event's sentence starts, as a share of the characters).
+
+    The question names the event's day ("What happened on day 213?"; days are distinct within a
+    ledger); the answer is the event's sentence as the ledger writes it ("On day 213, Ada Moss bought
+    27 lanterns at the Mill."). Exact match needs the whole event right, token F1 gives its parts
+    partial credit; the day's words are in the question, so a guess gets them (and nothing more).
+    A reader that does not find the day in the document can only guess the actor, action, count,
+    item and place."""
+    doc, _, _, facts = make_ledger(rng, n_words, n_events)
+    f = rng.choice(facts)
+    answer = _fact_doc(f)
+    return {"query": f"What happened on day {f['day']}?", "input": doc, "output": answer,
+            "answer_at": round(doc.index(answer) / len(doc), 4)}
+
+
 def qa_rows(split: str, n_docs: int, n_words: int, seed: int = DEFAULT_SEED,
             n_events: tuple[int, int] = DEFAULT_EVENTS) -> list[dict[str, Any]]:
-    """Question-answering rows (`id, query, input, output, answer_at`): one question per ledger about
-    one event, chosen uniformly, so its answer sits anywhere in the document (``answer_at``: where the
-    event's sentence starts, as a share of the document's characters).
-
-    The question names the event's day ("What happened on day 213?", days are distinct within a
-    ledger); the answer states the event as the ledger summaries do ("Ada Moss bought 27 lanterns at
-    the Mill."): exact match needs the whole event right, token F1 gives its parts partial credit. A
-    reader that does not find the day in the document can only guess the actor, action, count, item
-    and place."""
+    """Question-answering rows (``id`` and :func:`qa_example`'s fields), one question per ledger."""
     rng = random.Random(_int_seed(seed, f"qa-{split}"))
-    rows = []
-    for i in range(n_docs):
-        doc, _, _, facts = make_ledger(rng, n_words, n_events)
-        f = rng.choice(facts)
-        rows.append({"id": f"{split}-qa-{i:04d}", "query": f"What happened on day {f['day']}?", "input": doc,
-                     "output": _fact_summary(f, False), "answer_at": round(doc.index(_fact_doc(f)) / len(doc), 4)})
-    return rows
+    return [{"id": f"{split}-qa-{i:04d}", **qa_example(rng, n_words, n_events)} for i in range(n_docs)]
 
 
 def split_rows(split: str, n_docs: int, n_words: int, seed: int = DEFAULT_SEED,
@@ -223,6 +226,8 @@ def generate(
         settings["events"] = list(n_events)
     if task != "summary":
         settings["task"] = task
+    if task == "qa":  # answers became the ledger's own sentence (they restated it as summaries do)
+        settings["answer"] = "ledger_sentence"
     make_rows = qa_rows if task == "qa" else split_rows
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     folder = Path(out_dir) / f"synthetic-{key}"

@@ -1,0 +1,63 @@
+"""EM and F1 of QA runs on the bundled ledgers, apart for answers inside and past truncation's window.
+
+    .venv/bin/python scripts/qa_by_window.py results/tiny/runs/ledgersqa-*
+
+Why: the table's EM and F1 mix answers a first-window reader can see with ones it can only guess.
+Split by where the answer lies (after the question, in the backbone's window), a method that reads
+past the window shows it on the ``past`` answers. Each run's own config names its data files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def run_scores(run_dir: Path) -> tuple[str, dict[str, dict[str, dict[str, float]]]]:
+    """(method, split -> inside/past -> n, exact_match, f1) from a run's newest evaluation."""
+    from omegaconf import OmegaConf
+
+    from scaleformer.data.sources import SyntheticSource
+    from scaleformer.metrics.answers import answers_inside_window, scores_by_window
+    from scaleformer.model.backbone import load_tokenizer, max_positions, model_config
+    from scaleformer.runs.context import to_config
+
+    rc = to_config(OmegaConf.load(run_dir / "config.yaml"))
+    if rc.data.source != "synthetic" or rc.data.synthetic_task != "qa":
+        raise SystemExit(f"{run_dir}: not a run on the bundled QA ledgers (data={rc.data.name})")
+    evals = sorted((run_dir / "eval").glob("*/metrics.json"), key=lambda p: p.stat().st_mtime)
+    if not evals:
+        raise SystemExit(f"{run_dir}: no evaluation (eval/*/metrics.json) yet")
+    tok = load_tokenizer(rc.backbone)
+    window = max_positions(rc.backbone, model_config(rc.backbone, tok))
+    source, out = SyntheticSource(rc.data), {}
+    for pred_file in sorted(evals[-1].parent.glob("predictions_*.jsonl")):
+        split = pred_file.stem.removeprefix("predictions_")
+        rows = {}
+        for line in source.file(split).read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            rows[row["id"]] = row
+        preds = [json.loads(line) for line in pred_file.read_text(encoding="utf-8").splitlines()]
+        inside = answers_inside_window([rows[p["id"]] for p in preds], tok, window)
+        out[split] = scores_by_window([p["prediction"] for p in preds], [p["reference"] for p in preds], inside)
+    return rc.method.name, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="run folders (results/<profile>/runs/ledgersqa-*)")
+    args = ap.parse_args(argv)
+    print("| method | split | inside: n | EM | F1 | past: n | EM | F1 |\n|---|---|---|---|---|---|---|---|")
+    for run in args.runs:
+        method, scores = run_scores(run)
+        for split, s in scores.items():
+            i, p = s["inside"], s["past"]
+            print(f"| {method} | {split} | {i['n']} | {i['exact_match']:.1f} | {i['f1']:.1f} "
+                  f"| {p['n']} | {p['exact_match']:.1f} | {p['f1']:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
