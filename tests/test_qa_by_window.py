@@ -1,0 +1,45 @@
+"""scripts/qa_by_window.py: a QA run's scores apart for answers inside and past truncation's window."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from conftest import ROOT, compose
+
+from scaleformer.runs.run import run
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import qa_by_window  # noqa: E402
+
+
+def test_the_parts_add_up_to_the_runs_own_scores(tmp_path, capsys):
+    result = run(compose([f"paths.root={tmp_path}/results", f"paths.cache={tmp_path}/cache",
+                          "backbone=tiny_bart_qa_reader", "optim=tiny_finetune", "method=truncation", "data=ledgers_qa",
+                          "data.synthetic_words=1800", "data.synthetic_docs.train=1", "data.synthetic_docs.validation=8",
+                          "data.synthetic_docs.test=2", "trainer.max_steps=1", "trainer.enable_progress_bar=false",
+                          "generation.num_beams=1", "generation.max_new_tokens=24", "metrics.bertscore.enabled=false"]))
+    run_dir = tmp_path / "results" / "runs" / result["run_id"]
+    method, scores = qa_by_window.run_scores(run_dir)
+    assert method == "truncation" and set(scores) == {"validation", "test"}
+    for split, parts in scores.items():
+        whole = result["splits"][split]
+        assert parts["inside"]["n"] + parts["past"]["n"] == whole["n_examples"]
+        for metric in ("exact_match", "f1"):
+            joined = sum(p["n"] * p[metric] for p in parts.values()) / whole["n_examples"]
+            assert joined == pytest.approx(whole[metric])
+    # 1,024 tokens (minus the question) hold the early answers of ~2,100-token ledgers, not the late ones;
+    # the QA reader's answers share words with the references (the sums above are not 0 = 0).
+    assert scores["validation"]["inside"]["n"] and scores["validation"]["past"]["n"]
+    assert result["splits"]["validation"]["f1"] > 10
+    assert qa_by_window.main([str(run_dir)]) == 0 and "| truncation | validation |" in capsys.readouterr().out
+
+
+def test_a_run_on_other_data_is_refused_with_its_name(tmp_path):
+    result = run(compose([f"paths.root={tmp_path}/results", f"paths.cache={tmp_path}/cache", "backbone=tiny_bart",
+                          "method=truncation", "data.synthetic_words=100", "data.synthetic_docs.train=1",
+                          "data.synthetic_docs.validation=1", "data.synthetic_docs.test=1", "trainer.max_steps=1",
+                          "trainer.enable_progress_bar=false", "trainer.eval_splits=[validation]",
+                          "generation.max_new_tokens=4", "metrics.bertscore.enabled=false"]))
+    with pytest.raises(SystemExit, match="not a run on the bundled QA ledgers"):
+        qa_by_window.run_scores(tmp_path / "results" / "runs" / result["run_id"])
