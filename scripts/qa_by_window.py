@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 def run_scores(run_dir: Path) -> tuple[str, dict[str, dict[str, dict[str, float]]]]:
-    """(method, split -> inside/past -> n, exact_match, f1) from a run's newest evaluation."""
+    """(method option, split -> inside/past -> n, exact_match, f1) from a run's newest evaluation."""
     from omegaconf import OmegaConf
 
     from scaleformer.data.sources import SyntheticSource
@@ -42,7 +42,8 @@ def run_scores(run_dir: Path) -> tuple[str, dict[str, dict[str, dict[str, float]
         preds = [json.loads(line) for line in pred_file.read_text(encoding="utf-8").splitlines()]
         inside = answers_inside_window([rows[p["id"]] for p in preds], tok, window)
         out[split] = scores_by_window([p["prediction"] for p in preds], [p["reference"] for p in preds], inside)
-    return rc.method.name, out
+    written = json.loads(evals[-1].read_text(encoding="utf-8"))["method"]
+    return str(written.get("option") or written["name"]), out
 
 
 def main(argv: list[str] | None = None) -> int:
