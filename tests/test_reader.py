@@ -46,7 +46,6 @@ def test_question_batches_are_the_rows_every_method_builds_from_a_query_prefix()
     input) and its label the asked event's sentence, which the document states after the day."""
     import random
 
-    from scaleformer.methods.truncation import prepend_prefix
     from scaleformer.model.tokenizer import load_offline_tokenizer
 
     tok = load_offline_tokenizer("bart")
@@ -59,10 +58,6 @@ def test_question_batches_are_the_rows_every_method_builds_from_a_query_prefix()
         day = question.removeprefix("What happened on day ").removesuffix("?")
         assert question.startswith("What happened on day ") and document.endswith("</s>")
         assert answer.startswith(f"On day {day}, ") and answer in document
-    q = tok(["What happened on day 7?"], add_special_tokens=False, return_tensors="pt")
-    d = tok(["On day 7, Ada Moss sold 5 bells at the Quay."], return_tensors="pt")
-    joined, _ = prepend_prefix(q["input_ids"], q["attention_mask"], d["input_ids"], d["attention_mask"], tok.pad_token_id)
-    assert tok.decode(joined[0]).startswith("What happened on day 7?<s>On day 7")
 
 
 @pytest.mark.parametrize("arch", sorted(reader.RECIPES))
@@ -70,7 +65,7 @@ def test_shipped_weights_come_from_the_recipe_in_the_code(arch):
     recipe = reader.RECIPES[arch]
     folder = reader.asset_dir(recipe.name)
     if not folder.exists():
-        pytest.skip(f"{recipe.name} is not shipped (rebuild: python -m scaleformer.model.readers {arch})")
+        pytest.skip(f"{recipe.name} is not shipped (rebuild: python -m scaleformer.artifacts.pretrain_reader {arch})")
     info = json.loads((folder / "recipe.json").read_text())
     assert info["fingerprint"] == recipe.fingerprint(), "rebuild the weights after changing the recipe"
     assert len(info["stages"]) == len(recipe.stages)

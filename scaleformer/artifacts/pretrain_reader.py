@@ -4,8 +4,8 @@
     python -m scaleformer.artifacts.pretrain_reader bart_qa --resume scaleformer/assets/readers/tiny_bart_reader
 
 Stage 1 copies random token sequences, stages 2-3 summarize short synthetic ledgers with plain
-full attention (no long-context method takes part, so none is favoured); the QA reader's stage 4
-answers a question about one event of such a ledger. A recipe that extends another's stages
+full attention (no long-context method takes part, so none is favoured); the QA reader's stages 4-5
+answer a question about one event of such a ledger. A recipe that extends another's stages
 resumes from that reader's folder. Each stage draws from its
 own seeded stream, so resuming after stage k runs the same data as a run from scratch. The folder
 is written atomically with ``recipe.json`` (recipe, fingerprint, losses, wall time).
@@ -81,24 +81,21 @@ def _ledger_batch(stage: Stage, tok: Any, rng: random.Random) -> dict[str, Any]:
 
 
 def _qa_batch(stage: Stage, tok: Any, rng: random.Random) -> dict[str, Any]:
-    """Short ledgers with one question each: ``[question][<s> document </s>]``, the row every method
-    builds from a query prefix and its input (:func:`scaleformer.methods.truncation.prepend_prefix`)."""
-    import torch
-
+    """Short ledgers with one question each, laid out ``[question][<s> document </s>]`` by the same
+    function that joins every method's query prefix to its input; the label is the asked event."""
     from scaleformer.data import synthetic
+    from scaleformer.methods.truncation import prepend_prefix
 
     words = rng.randint(*stage.length)
     rows = [synthetic.qa_example(rng, words, stage.events) for _ in range(stage.batch)]
-    query = tok([r["query"] for r in rows], add_special_tokens=False)["input_ids"]
-    docs = tok([r["input"] for r in rows], truncation=True, max_length=1024 - max(map(len, query)))["input_ids"]
-    ids = [q + d for q, d in zip(query, docs)]
-    width = max(map(len, ids))
-    x = torch.full((len(ids), width), tok.pad_token_id)
-    for i, row in enumerate(ids):
-        x[i, : len(row)] = torch.tensor(row)
+    query = tok([r["query"] for r in rows], add_special_tokens=False, padding=True, return_tensors="pt")
+    docs = tok([r["input"] for r in rows], truncation=True, padding=True, return_tensors="pt",
+               max_length=1024 - query["input_ids"].shape[1])
+    ids, mask = prepend_prefix(query["input_ids"], query["attention_mask"], docs["input_ids"],
+                               docs["attention_mask"], tok.pad_token_id)
     lab = tok([r["output"] for r in rows], return_tensors="pt", padding=True)
     labels = lab["input_ids"].masked_fill(lab["attention_mask"] == 0, -100)
-    return {"input_ids": x, "attention_mask": (x != tok.pad_token_id).long(), "labels": labels}
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
 def _resume(recipe: Recipe, folder: Path) -> tuple[Any, list[dict[str, Any]]]:
