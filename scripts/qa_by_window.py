@@ -13,6 +13,37 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
+
+# The runs of one table share their backbone and data files: the tokenizer is loaded, and where each
+# answer lies computed (every document tokenized), once for all of them, not once per run.
+_TOKENIZERS: dict[str, tuple[Any, int]] = {}
+_INSIDE: dict[tuple[str, str], dict[str, bool]] = {}
+
+
+def _tokenizer(backbone: Any) -> tuple[Any, int]:
+    """The backbone's tokenizer and window (its max positions)."""
+    from scaleformer.model.backbone import load_tokenizer, max_positions, model_config
+
+    if backbone.name not in _TOKENIZERS:
+        tok = load_tokenizer(backbone)
+        _TOKENIZERS[backbone.name] = tok, max_positions(backbone, model_config(backbone, tok))
+    return _TOKENIZERS[backbone.name]
+
+
+def _inside_by_id(data_file: Path, backbone: Any) -> dict[str, bool]:
+    """id -> does its answer lie inside truncation's window, for every row of a QA data file."""
+    from scaleformer.metrics.answers import answers_inside_window
+
+    key = (str(data_file), backbone.name)
+    if key not in _INSIDE:
+        tok, window = _tokenizer(backbone)
+        rows = {}
+        for line in data_file.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            rows[row["id"]] = row
+        _INSIDE[key] = dict(zip(rows, answers_inside_window(list(rows.values()), tok, window)))
+    return _INSIDE[key]
 
 
 def run_scores(run_dir: Path) -> tuple[str, dict[str, dict[str, dict[str, float]]]]:
@@ -20,8 +51,7 @@ def run_scores(run_dir: Path) -> tuple[str, dict[str, dict[str, dict[str, float]
     from omegaconf import OmegaConf
 
     from scaleformer.data.sources import SyntheticSource
-    from scaleformer.metrics.answers import answers_inside_window, scores_by_window
-    from scaleformer.model.backbone import load_tokenizer, max_positions, model_config
+    from scaleformer.metrics.answers import scores_by_window
     from scaleformer.runs.context import to_config
 
     rc = to_config(OmegaConf.load(run_dir / "config.yaml"))
@@ -30,17 +60,12 @@ def run_scores(run_dir: Path) -> tuple[str, dict[str, dict[str, dict[str, float]
     evals = sorted((run_dir / "eval").glob("*/metrics.json"), key=lambda p: p.stat().st_mtime)
     if not evals:
         raise SystemExit(f"{run_dir}: no evaluation (eval/*/metrics.json) yet")
-    tok = load_tokenizer(rc.backbone)
-    window = max_positions(rc.backbone, model_config(rc.backbone, tok))
     source, out = SyntheticSource(rc.data), {}
     for pred_file in sorted(evals[-1].parent.glob("predictions_*.jsonl")):
         split = pred_file.stem.removeprefix("predictions_")
-        rows = {}
-        for line in source.file(split).read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            rows[row["id"]] = row
+        inside_by_id = _inside_by_id(source.file(split), rc.backbone)
         preds = [json.loads(line) for line in pred_file.read_text(encoding="utf-8").splitlines()]
-        inside = answers_inside_window([rows[p["id"]] for p in preds], tok, window)
+        inside = [inside_by_id[p["id"]] for p in preds]
         out[split] = scores_by_window([p["prediction"] for p in preds], [p["reference"] for p in preds], inside)
     written = json.loads(evals[-1].read_text(encoding="utf-8"))["method"]
     return str(written.get("option") or written["name"]), out
