@@ -86,3 +86,28 @@ def test_the_shipped_reader_loads_as_a_backbone_and_trains_with_dropout_semantic
     assert model.training, "from_pretrained returns eval mode; fine-tuning must not run without dropout"
     ids = torch.tensor([tok("On day 3, Mara Quill sold 5 lanterns at Harbor Gate.")["input_ids"]])
     assert torch.isfinite(model(input_ids=ids, labels=ids).loss)
+
+
+def test_a_rebuilt_reader_names_new_runs(tmp_path):
+    """Runs fine-tuned from a shipped reader carry its recipe fingerprint in their identity, so a
+    rebuilt reader never reuses runs trained from the old weights."""
+    from scaleformer.config import compose_config
+    from scaleformer.runs import identity
+    from scaleformer.runs.context import to_config
+
+    folder = tmp_path / "reader"
+    folder.mkdir()
+
+    def run_id(fingerprint: str | None) -> str:
+        if fingerprint is not None:
+            (folder / "recipe.json").write_text(json.dumps({"fingerprint": fingerprint}))
+        rc = to_config(compose_config(["backbone=tiny_bart_reader", f"backbone.pretrained={folder}"]))
+        return identity.run_id(rc)
+
+    plain = run_id(None)
+    old, new = run_id("aaaa"), run_id("bbbb")
+    assert len({plain, old, new}) == 3 and old == run_id("aaaa")
+    shipped = to_config(compose_config(["backbone=tiny_bart_qa_reader"]))
+    info = json.loads((reader.asset_dir("tiny_bart_qa_reader") / "recipe.json").read_text())
+    assert identity.training_identity(shipped)["backbone"]["weights"] == info["fingerprint"]
+    assert identity.reader_fingerprint("facebook/bart-base") is None
