@@ -271,3 +271,10 @@ def test_launch_forwards_launcher_args_and_names_failed_cells(tmp_path, monkeypa
     assert len(calls) == len(commands) > 1, "the other multiruns still ran"
     assert all(c[-2:] == ["hydra/launcher=slurm", "hydra.launcher.partition=gpu"] for c in calls)
     assert len(failures) == 1 and "method=sled: boom" in failures[0]
+
+
+def test_progress_lines_name_each_task_s_own_scores():
+    summary = {"splits": {"validation": {"rouge1": 41.25, "fact_recall": 30.0}}}
+    qa = {"splits": {"validation": {"rouge1": 58.5, "exact_match": 12.5, "f1": 70.04}, "test": {"rouge1": 1.0}}}
+    assert gridrun._headline(summary) == "validation R-1 41.2, facts 30.0"
+    assert gridrun._headline(qa) == "validation EM 12.5, F1 70.0; test R-1 1.0"

@@ -53,10 +53,12 @@ def _cell_name(spec: dict[str, Any], profile: str, c: Cell) -> str:
 
 
 def _headline(result: dict[str, Any]) -> str:
+    """Each split's headline scores: EM and F1 for questions (their ROUGE is no evidence), else R-1."""
     parts = []
     for split, m in result.get("splits", {}).items():
-        vals = [f"{label} {m[k]:.1f}" for k, label in (("rouge1", "R-1"), ("fact_recall", "facts"))
-                if isinstance(m.get(k), int | float)]
+        keys = ((("exact_match", "EM"), ("f1", "F1")) if isinstance(m.get("exact_match"), int | float)
+                else (("rouge1", "R-1"),)) + (("fact_recall", "facts"),)
+        vals = [f"{label} {m[k]:.1f}" for k, label in keys if isinstance(m.get(k), int | float)]
         if vals:
             parts.append(f"{split} " + ", ".join(vals))
     return "; ".join(parts)
