@@ -96,7 +96,8 @@ RECIPES = {
     "bart": Recipe("tiny_bart_reader", "bart", "tiny_bart", _stages("bart"), model_kwargs=_BART_SHAPES),
     "t5": Recipe("tiny_t5_reader", "t5", "tiny_t5", _stages("t5"), model_kwargs=_T5_SHAPES),
     # tiny_bart_reader's stages, then questions: `--resume` from the shipped tiny_bart_reader runs only
-    # the last. At least two events per ledger, so every question needs a look-up.
+    # the question stages (from tiny_bart_qa_reader: only those it lacks). At least two events per
+    # ledger, so every question needs a look-up.
     # The loss was still falling fast when the first QA stage ended (0.48 -> 0.39 over its last 500
     # steps; 8.6% of in-view questions exact, F1 69.4), hence a second one at half the rate; after it,
     # 25.0% exact (F1 81.9) with the loss still falling, and the methods' errors on the long ledgers
