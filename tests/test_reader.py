@@ -110,4 +110,4 @@ def test_a_rebuilt_reader_names_new_runs(tmp_path):
     shipped = to_config(compose_config(["backbone=tiny_bart_qa_reader"]))
     info = json.loads((reader.asset_dir("tiny_bart_qa_reader") / "recipe.json").read_text())
     assert identity.training_identity(shipped)["backbone"]["weights"] == info["fingerprint"]
-    assert identity.reader_fingerprint("facebook/bart-base") is None
+    assert reader.recipe_fingerprint("facebook/bart-base") is None

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaleformer.resources import assets_dir
+from scaleformer.resources import assets_dir, resolve_asset
 
 
 @dataclass(frozen=True)
@@ -114,3 +114,20 @@ RECIPES = {
 def asset_dir(name: str) -> Path:
     """Where a shipped reader's model folder lives (``backbone.pretrained: asset:readers/<name>``)."""
     return assets_dir() / "readers" / name
+
+
+def recipe_fingerprint(pretrained: Any) -> str | None:
+    """The recipe fingerprint in a reader folder's ``recipe.json`` (``asset:`` names resolved); None
+    for a hub id or a folder without one.
+
+    Why: run identities carry it, since ``asset:readers/x`` names a folder whose weights change when
+    its recipe does; without it a rebuilt reader would silently reuse runs fine-tuned from the old
+    weights."""
+    if not isinstance(pretrained, str) or not pretrained:
+        return None
+    try:
+        info = json.loads((Path(resolve_asset(pretrained)) / "recipe.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    fingerprint = info.get("fingerprint") if isinstance(info, dict) else None
+    return fingerprint if isinstance(fingerprint, str) else None

@@ -3,9 +3,9 @@
 Two identities, so that a trained model is reused instead of retrained:
 
 - the **training identity** (backbone, with a shipped reader's recipe fingerprint, data, method,
-  optimisation, seed, and the trainer settings that change the numbers) names the run folder and so its checkpoints. The training length is not part
-  of it: raising ``trainer.max_steps`` continues the same run from its newest checkpoint, and the
-  checkpoints carry their step;
+  optimisation, seed, and the trainer settings that change the numbers) names the run folder and so
+  its checkpoints. The training length is not part of it: raising ``trainer.max_steps`` continues the
+  same run from its newest checkpoint, and the checkpoints carry their step;
 - the **evaluation identity** (generation, metrics, the evaluated splits, a method's evaluation-only
   keys) plus the step of the weights evaluated names one evaluation inside the run folder, so a new
   generation or metrics setting re-scores the trained checkpoint without retraining.
@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from scaleformer.config import PathsConfig
 from scaleformer.errors import ConfigError
+from scaleformer.model.readers import recipe_fingerprint
 
 if TYPE_CHECKING:
     from scaleformer.runs.run_config import RunConfig
@@ -68,27 +69,10 @@ def training_identity(rc: RunConfig) -> dict[str, Any]:
     method_cfg = type(rc.method)
     drop = set(method_cfg.EVAL_KEYS) | set(method_cfg.RUNTIME_KEYS)
     ident["method"] = {k: v for k, v in ident["method"].items() if k not in drop}
-    weights = reader_fingerprint((ident["backbone"] or {}).get("pretrained"))
+    weights = recipe_fingerprint((ident["backbone"] or {}).get("pretrained"))
     if weights is not None:  # only when known, so runs from a hub or plain folder keep their names
         ident["backbone"] = {**ident["backbone"], "weights": weights}
     return ident
-
-
-def reader_fingerprint(pretrained: Any) -> str | None:
-    """The recipe fingerprint of a shipped (or rebuilt) reader folder, from its ``recipe.json``.
-
-    Why: ``asset:readers/x`` names a folder whose weights change when its recipe does; without this,
-    a rebuilt reader would silently reuse runs fine-tuned from the old weights."""
-    from scaleformer.resources import resolve_asset
-
-    if not isinstance(pretrained, str) or not pretrained:
-        return None
-    recipe = Path(resolve_asset(pretrained)) / "recipe.json"
-    try:
-        fingerprint = json.loads(recipe.read_text(encoding="utf-8")).get("fingerprint")
-    except (OSError, ValueError):
-        return None
-    return fingerprint if isinstance(fingerprint, str) else None
 
 
 def evaluation_identity(rc: RunConfig) -> dict[str, Any]:
