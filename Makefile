@@ -20,7 +20,7 @@ LAUNCHER_ARGS ?=
 METHODS ?=
 REPRO   = $(PY) scripts/reproduce.py --profile $(PROFILE) $(if $(FORCE),--force) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(foreach a,$(LAUNCHER_ARGS),--launcher-arg $(a)) $(if $(METHODS),--methods $(METHODS))
 
-.PHONY: setup check-lock lock run test test-all test-compat lint clean table1 table2 table_qa figure2 bench gpu-check wheels
+.PHONY: setup check-lock lock run test test-all test-kernels test-compat lint clean table1 table2 table_qa figure2 bench gpu-check wheels
 
 setup: $(STAMP)
 
@@ -56,6 +56,12 @@ test: setup         ## fast test tier (what CI runs)
 
 test-all: setup     ## every test, slow ones included (gpu ones skip without CUDA)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Floating-point results differ across torch's CPU kernels; the goldens must hold on every one of them.
+KERNELS ?= default avx2
+test-kernels: setup ## the golden tests again under each torch CPU kernel family (ATEN_CPU_CAPABILITY), as CI runs them
+	@for cap in $(KERNELS); do echo "ATEN_CPU_CAPABILITY=$$cap"; \
+	  ATEN_CPU_CAPABILITY=$$cap $(PY) -m pytest -q tests/test_golden.py -k "not mutation" $(PYTEST_ARGS) || exit 1; done
 
 COMPAT ?= newest lowest
 test-compat: setup  ## the compat tier in throwaway venvs per transformers release (COMPAT="newest lowest 5.20.0")

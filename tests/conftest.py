@@ -32,3 +32,32 @@ def compose(overrides: list[str] | None = None):
 @pytest.fixture
 def compose_cfg():
     return compose
+
+
+def pytest_report_header(config) -> str:
+    """Which torch CPU kernels ran: golden values are checked under several (make test-kernels)."""
+    import torch
+
+    return f"torch {torch.__version__}, CPU kernels {torch.backends.cpu.get_cpu_capability()} " \
+           f"(ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', 'unset')})"
+
+
+@pytest.fixture
+def network_attempts(monkeypatch) -> list[str]:
+    """Every connection the code under test tries, refused at once: "fails fast offline" means it tried
+    none (no retry loop of a library against a dead network), checked without timing anything."""
+    import socket
+
+    attempts: list[str] = []
+
+    def refuse(what: str):
+        def call(*args, **kwargs):
+            attempts.append(f"{what}{args[1:] if what.startswith('socket.') else args}"[:200])
+            raise OSError("network disabled in this test")
+        return call
+
+    monkeypatch.setattr(socket, "create_connection", refuse("create_connection"))
+    monkeypatch.setattr(socket, "getaddrinfo", refuse("getaddrinfo"))
+    monkeypatch.setattr(socket.socket, "connect", refuse("socket.connect"))
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse("socket.connect_ex"))
+    return attempts

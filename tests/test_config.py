@@ -155,18 +155,15 @@ def test_truncation_window_beyond_max_positions_is_rejected():
         build_method(rc.method, spec)
 
 
-def test_hub_backbone_offline_fails_fast_with_a_clear_message(monkeypatch):
-    import time
-
+def test_hub_backbone_offline_fails_fast_with_a_clear_message(monkeypatch, network_attempts):
     from scaleformer.model.backbone import load_tokenizer
     from scaleformer.model.hub import HubUnreachableError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     rc = to_config(compose(["backbone=bart_base"]))
-    t0 = time.time()
     with pytest.raises(HubUnreachableError, match=r"'facebook/bart-base'.*backbone\.pretrained=DIR"):
         load_tokenizer(rc.backbone)
-    assert time.time() - t0 < 10
+    assert not network_attempts, "offline, nothing may try the network (a library would retry for ~25 s)"
 
 
 def test_a_bad_logger_argument_fails_before_the_model_is_built(tmp_path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -479,7 +478,7 @@ def hub_cfg(tmp_path: Path) -> DataConfig:
 
 @pytest.mark.parametrize("libs_offline", [True, False])
 def test_hub_offline_fails_fast_and_clearly(tmp_path: Path, tok, monkeypatch: pytest.MonkeyPatch,
-                                            libs_offline: bool) -> None:
+                                            libs_offline: bool, network_attempts: list[str]) -> None:
     import datasets.config
     import huggingface_hub.constants
 
@@ -488,10 +487,9 @@ def test_hub_offline_fails_fast_and_clearly(tmp_path: Path, tok, monkeypatch: py
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", libs_offline)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", libs_offline)
     for cfg in (hub_cfg(tmp_path), shipped("booksum", f"data.cache_dir={tmp_path}")):
-        t0 = time.perf_counter()
         with pytest.raises(HubUnavailableError) as e:
             SummarizationDataModule(cfg, tok).setup("validate")
-        assert time.perf_counter() - t0 < 3
+        assert not network_attempts, "offline, nothing may try the network (datasets would retry ~25 s)"
         msg = str(e.value)
         assert repr(cfg.hub_id) in msg and "cannot be reached" in msg and "data.source=local data.path=" in msg
         assert f"fields {cfg.input_field}, {cfg.target_field}" in msg

@@ -170,7 +170,9 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | No
 
 
 def _softmax(scores: torch.Tensor, dtype: torch.dtype, p: float, training: bool) -> torch.Tensor:
-    probs = scores.float().softmax(-1).to(dtype)
+    # Half precision is upcast to float32 for the softmax, as transformers' eager attention does; float64
+    # stays float64 (a float32 round trip would cost it its exactness).
+    probs = scores.softmax(-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(dtype)
     return nn.functional.dropout(probs, p=p, training=training)
 
 
