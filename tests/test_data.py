@@ -396,7 +396,7 @@ def test_hub_source_check_and_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPat
                                   splits=SplitNames(test=None)))
     src.check()  # offline: no probe; a local or cached dataset may still load
     raw = src.rows("validation")
-    assert "hub dataset 'json'" in raw.where and raw.where.endswith("split 'validation'")
+    assert raw.where.startswith("data=h: json files ") and raw.where.endswith("split 'validation'")
     assert [(pos, r["id"]) for pos, r in raw.records] == [("row 0", "va0"), ("row 1", "va1"), ("row 2", "va2")]
     assert src.identity("train")["data_files"]["train"] == str(d / "train.jsonl")
 
@@ -491,7 +491,10 @@ def test_hub_offline_fails_fast_and_clearly(tmp_path: Path, tok, monkeypatch: py
             SummarizationDataModule(cfg, tok).setup("validate")
         assert not network_attempts, "offline, nothing may try the network (datasets would retry ~25 s)"
         msg = str(e.value)
-        assert repr(cfg.hub_id) in msg and "cannot be reached" in msg and "data.source=local data.path=" in msg
+        named = {"govreport": "data=govreport: hub dataset 'tau/scrolls' (file gov_report.zip)",
+                 "booksum": "data=booksum: hub dataset 'abertsch/booksum-fullbooks'"}[cfg.name]
+        assert named in msg and "'json'" not in msg, msg  # the data set, not the loader that reads it
+        assert "cannot be reached" in msg and "data.source=local data.path=" in msg
         assert f"fields {cfg.input_field}, {cfg.target_field}" in msg
 
 

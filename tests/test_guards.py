@@ -78,6 +78,8 @@ def test_huge_learning_rate_stops_the_run_without_results(tmp_path):
     results = tmp_path / "results"
     assert not list(results.rglob("metrics.json")) and not list(results.rglob("predictions_*.jsonl"))
     assert not list(results.rglob("*.ckpt")), "no checkpoint of diverged weights"
+    failed = json.loads(next(results.rglob("failed.json")).read_text())  # training had begun: the folder stays
+    assert failed["error"].startswith("TrainingDiverged: training diverged: the loss is")
 
 
 # ---- learned positions ------------------------------------------------------------------------------

@@ -125,6 +125,25 @@ def test_a_second_process_on_the_same_run_is_refused(tmp_path):
     assert not (rc_dir / "failed.json").exists()
 
 
+def test_a_run_that_stops_before_training_leaves_no_folder(tmp_path):
+    """Nothing to resume and nothing measured: a folder would only read as a failed run. A folder that
+    existed before keeps its files and records the failure (failed.json)."""
+    from scaleformer.data import DataError
+
+    missing = tmp_path / "nowhere.jsonl"
+    for name in ("never", "again"):
+        with pytest.raises(DataError, match="nowhere.jsonl"):
+            run(compose(_tiny(tmp_path, "data=local", f"data.path={missing}", f"run_name={name}")))
+    assert not list((tmp_path / "results" / "runs").iterdir())
+    done = run(compose(_tiny(tmp_path, "run_name=kept")))
+    kept = _run_dir(done, tmp_path / "results")
+    before = sorted(p.relative_to(kept) for p in kept.rglob("*") if p.name != "train.log")
+    with pytest.raises(ConfigError, match="training identity"):  # another identity in that folder: refused
+        run(compose(_tiny(tmp_path, "run_name=kept", "seed=4")))
+    after = sorted(p.relative_to(kept) for p in kept.rglob("*") if p.name != "train.log")
+    assert [p for p in after if p not in before] == [Path("failed.json")]
+
+
 def _crash_resume(tmp_path: Path, crash: str) -> tuple[str, str]:
     base = ["trainer.max_steps=6", "trainer.checkpoint_every_n_steps=3", "method=scaleformer_middle"]
     straight = run(compose(_tiny(tmp_path, *base, root="straight")))

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -90,16 +89,16 @@ def test_the_query_is_the_head_of_truncations_input(tmp_path):
 
 @pytest.mark.parametrize("task", sorted(QUERIES))
 def test_offline_the_hub_path_stops_in_seconds_naming_the_data_set(tmp_path, task):
-    t0 = time.time()
     out = subprocess.run([sys.executable, "train.py", f"data={task}", f"paths.root={tmp_path}/r",
                           f"paths.cache={tmp_path}/c", "metrics.bertscore.enabled=false"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    took = time.time() - t0
     assert out.returncode == 1, out.stderr[-2000:]
     line = out.stderr.strip().splitlines()[-1]
     assert line.startswith("error: cannot load data=") and f"data={task}" in line, line
-    assert "Traceback" not in out.stderr and took < 10, f"{took:.1f} s"
+    # Fast: it stops before any model is built, and leaves nothing behind (the timeout guards a hang).
+    assert "Traceback" not in out.stderr and "parameters)" not in out.stdout + out.stderr
+    assert not (tmp_path / "r" / "runs").exists() or not any((tmp_path / "r" / "runs").iterdir())
 
 
 def test_the_submission_covers_all_seven_tasks(tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import stat
 import time
 from abc import ABC, abstractmethod
@@ -178,6 +179,19 @@ def _flat_strings(x: Any) -> list[str]:
     return []
 
 
+# A file inside a hub dataset repository: <endpoint>/datasets/<org>/<name>/resolve/<revision>/<path>.
+_HUB_FILE = re.compile(r"^https?://[^/]+/datasets/([^/]+/[^/]+)/resolve/")
+
+
+def _builders() -> set[str]:
+    """datasets' generic loaders (json, csv, parquet, ...): a hub_id naming one reads ``data_files``."""
+    try:
+        from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES as builders
+    except ImportError:  # private name; the common builders suffice as a fallback
+        return {"json", "csv", "parquet", "text", "arrow", "pandas"}
+    return set(builders)
+
+
 def _records(split: Any) -> Iterator[tuple[str, dict[str, Any]]]:
     """Rows of a `datasets.Dataset`, read in column batches (row-by-row access is slow)."""
     i = 0
@@ -196,21 +210,28 @@ class HubSource(Source):
         self._dataset: Any = None
 
     def describe(self) -> str:
+        """What the user asked for, by its name: ``data=govreport: hub dataset 'tau/scrolls' (file
+        gov_report.zip)``, not the generic loader (``json``) that reads those files."""
         c = self.cfg
-        parts = [repr(c.hub_id)] + [f"{k}={v!r}" for k, v in (("config", c.hub_config), ("revision", c.revision))
-                                    if v is not None]
-        files = list(dict.fromkeys(u.split("::")[-1] for u in _flat_strings(c.data_files or {}) if "://" in u))
-        if files:
-            parts.append(f"on {', '.join(files)}")
-        return redact(f"data={c.name}: hub dataset {' '.join(parts)}")
+        files = list(dict.fromkeys(u.split("::")[-1] for u in _flat_strings(c.data_files or {})))
+        if c.hub_id in _builders() and files:
+            repos = {m.group(1) if (m := _HUB_FILE.match(u)) else None for u in files}
+            if len(repos) == 1 and None not in repos:  # all inside one hub dataset repository
+                names = list(dict.fromkeys(u.rsplit("/", 1)[-1] for u in files))
+                what = f"hub dataset {repos.pop()!r} ({'file' if len(names) == 1 else 'files'} {', '.join(names)})"
+            else:
+                what = f"{c.hub_id} files {', '.join(files)}"
+        else:
+            what = " ".join([f"hub dataset {c.hub_id!r}"] + [f"{k}={v!r}" for k, v in (
+                ("config", c.hub_config), ("revision", c.revision)) if v is not None])
+            urls = [u for u in files if "://" in u]
+            if urls:
+                what += f" on {', '.join(urls)}"
+        return redact(f"data={c.name}: {what}")
 
     def _urls(self) -> list[str]:
-        try:
-            from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES as builders
-        except ImportError:  # private name; the common builders suffice as a fallback
-            builders = {"json", "csv", "parquet", "text", "arrow", "pandas"}
         urls = [u for u in _flat_strings(self.cfg.data_files or {}) if "://" in u]
-        if self.cfg.hub_id not in builders and not Path(self.cfg.hub_id).exists():
+        if self.cfg.hub_id not in _builders() and not Path(self.cfg.hub_id).exists():
             import huggingface_hub.constants as hc
 
             urls.append(hc.ENDPOINT)

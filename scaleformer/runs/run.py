@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 import subprocess
 import time
 import traceback
@@ -61,22 +62,47 @@ def run(cfg: Any) -> dict[str, Any]:
         log.info("run %s already has results in %s: skipped (skip_existing=true)", ctx.run_id, expected)
         return existing.to_dict()
     ckpt = checkpoints.resolve(rc.trainer.ckpt_path, ctx.checkpoint_dir, ctx.run_dir)
-    for key, folder in (("paths.run_dir", ctx.run_dir), ("paths.cache", Path(rc.data.cache_dir))):
-        check_writable(key, folder)
-    with runtime.run_lock(ctx.run_dir), log_to_file(ctx.run_dir / "train.log", enabled=runtime.is_rank_zero()):
-        try:
-            ckpt = claim_run_folder(ctx, ckpt)
-            result = _execute(ctx, ckpt)
-        except BaseException as e:
-            record_failure(ctx.run_dir, e)
-            if runtime.is_sigterm(e):
-                status = runtime.sigterm_status()
-                log.error("stopped by SIGTERM%s; the same command resumes from the last checkpoint",
-                          " (SLURM requeues the job)" if status == 0 else "")
-                raise SystemExit(status) from None
-            raise
-        (ctx.run_dir / "failed.json").unlink(missing_ok=True)
-        return result
+    attempt = Attempt(fresh=not ctx.run_dir.exists())
+    try:
+        for key, folder in (("paths.run_dir", ctx.run_dir), ("paths.cache", Path(rc.data.cache_dir))):
+            check_writable(key, folder)
+        with runtime.run_lock(ctx.run_dir), log_to_file(ctx.run_dir / "train.log", enabled=runtime.is_rank_zero()):
+            try:
+                ckpt = claim_run_folder(ctx, ckpt)
+                result = _execute(ctx, ckpt, attempt)
+            except BaseException as e:
+                if not attempt.leaves_nothing(e):
+                    record_failure(ctx.run_dir, e)
+                if runtime.is_sigterm(e):
+                    status = runtime.sigterm_status()
+                    log.error("stopped by SIGTERM%s; the same command resumes from the last checkpoint",
+                              " (SLURM requeues the job)" if status == 0 else "")
+                    raise SystemExit(status) from None
+                raise
+            (ctx.run_dir / "failed.json").unlink(missing_ok=True)
+            return result
+    except BaseException as e:
+        if attempt.leaves_nothing(e):
+            shutil.rmtree(ctx.run_dir, ignore_errors=True)
+        raise
+
+
+@dataclass
+class Attempt:
+    """One invocation of a run folder: whether it made the folder, and whether it got as far as the weights.
+
+    A run that stops before that (hub unreachable, data missing, a refused setting) leaves no folder
+    behind: there is nothing to resume, and a folder would read as a run that failed. A folder that
+    existed before, or a failure once training (or loading weights to evaluate) began, keeps the
+    folder and its ``failed.json``.
+    """
+
+    fresh: bool
+    started: bool = False
+
+    def leaves_nothing(self, error: BaseException) -> bool:
+        return (self.fresh and not self.started and runtime.is_rank_zero()
+                and not isinstance(error, runtime.RunInUseError))  # another process owns that folder
 
 
 @dataclass
@@ -94,9 +120,10 @@ class Parts:
     start: dict[str, Any] | None = None  # step and metadata of the checkpoint to start from
 
 
-def _execute(ctx: RunContext, ckpt: Path | None) -> dict[str, Any]:
+def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, Any]:
     parts = prepare(ctx, ckpt)
     module = build_module(ctx, parts)
+    attempt.started = True
     step, train_time, trained = train_or_load(ctx, parts, module, ckpt)
     if trained and runtime.is_rank_zero():
         from scaleformer.export.folder import export_model
