@@ -22,7 +22,7 @@ from conftest import ROOT
 PKG = ROOT / "scaleformer"
 # Layers, bottom first: a module may import its own layer and the ones below, never above.
 LAYERS = [
-    {"errors", "io", "resources"},
+    {"errors", "io", "progress", "resources"},
     {"config"},
     {"ops"},
     {"methods"},
@@ -34,7 +34,7 @@ LAYERS = [
     {"artifacts"},
     {"cli"},
 ]
-TOP_LEVEL_MODULES = {"__init__", "errors", "io", "resources", "config"}
+TOP_LEVEL_MODULES = {"__init__", "errors", "io", "progress", "resources", "config"}
 
 
 def _modules() -> dict[str, Path]:

@@ -98,7 +98,7 @@ def _check_method(option: str | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m scaleformer.export.summarizer", description=__doc__,
+    ap = argparse.ArgumentParser(prog="scaleformer summarize", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="an exported folder: results/runs/<run>/model")
     ap.add_argument("--input", required=True, help="a .txt file (one document) or .jsonl (one per line)")
@@ -137,15 +137,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary = summarizer.summarize([text], progress=True)[0]
         if args.output:
             atomic_write_text(args.output, summary + "\n")
-        else:
+        elif summary:
             print(summary)
+        warn_if_empty([summary], [str(src)], summarizer.trained_steps, summarizer.generation.max_new_tokens)
         return 0
     summaries = summarizer.summarize(texts, progress=True)
     out = Path(args.output) if args.output else src.with_suffix(".summaries.jsonl")
     atomic_write_jsonl(out, [{"id": i, "summary": s} for i, s in zip(ids, summaries)])
     print(f"wrote {len(summaries)} summaries to {out}", file=sys.stderr)
+    warn_if_empty(summaries, [f"id {i}" for i in ids], summarizer.trained_steps,
+                  summarizer.generation.max_new_tokens)
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def warn_if_empty(summaries: list[str], names: list[str], steps: int | None, max_new_tokens: int) -> None:
+    """One stderr line when the model wrote nothing (or only special tokens) for some document: an empty
+    line on stdout alone looks like a bug, while a model trained for a few steps has often not learned
+    to write yet."""
+    empty = [n for n, s in zip(names, summaries) if not s.strip()]
+    if not empty:
+        return
+    which = empty[0] if len(empty) == 1 else f"{empty[0]} and {len(empty) - 1} more"
+    trained = f"{steps} step{'s' if steps != 1 else ''}" if steps is not None else "an unrecorded number of steps"
+    print(f"warning: the model wrote no text for {len(empty)} of {len(summaries)} document(s) ({which}): it was "
+          f"trained for {trained} (train longer, e.g. trainer.max_steps=800, the default run's length) and may "
+          f"write {max_new_tokens} new tokens at most (--max-new-tokens)", file=sys.stderr)

@@ -1,8 +1,8 @@
 """Summarize your own documents with an exported model, from Python or the command line.
 
-    python -m scaleformer.export.summarizer --model results/runs/<run>/model --input report.txt
-    python -m scaleformer.export.summarizer --model DIR --input docs.jsonl --field document --output out.jsonl
-    python -m scaleformer.export.summarizer --model DIR --input book.txt --method scaleformer --set middle_tokens=100
+    scaleformer summarize --model results/runs/<run>/model --input report.txt
+    scaleformer summarize --model DIR --input docs.jsonl --field document --output out.jsonl
+    scaleformer summarize --model DIR --input book.txt --method scaleformer --set middle_tokens=100
 
     from scaleformer.export.summarizer import Summarizer
     summarize = Summarizer.from_pretrained("results/runs/<run>/model")
@@ -29,13 +29,21 @@ class Summarizer:
     """An exported model with its long-context method: ``summarizer(text) -> summary``."""
 
     def __init__(self, model: Any, method: Any, tokenizer: Any, generation: Any,
-                 max_input_tokens: int | None = None, folder: Path | None = None) -> None:
+                 max_input_tokens: int | None = None, folder: Path | None = None,
+                 record: dict[str, Any] | None = None) -> None:
         self.model = method.wrap(model).eval()
         self.method = method
         self.tokenizer = tokenizer
         self.generation = generation
         self.max_input_tokens = max_input_tokens
         self.folder = folder
+        self.record = record or {}  # the exported method record (scaleformer.json)
+
+    @property
+    def trained_steps(self) -> int | None:
+        """Optimiser steps of the run that exported this model (None when the record does not say)."""
+        step = (self.record.get("run") or {}).get("step")
+        return step if isinstance(step, int) else None
 
     @classmethod
     def from_pretrained(cls, path: str | Path, method: str | None = None, overrides: dict[str, Any] | None = None,
@@ -62,7 +70,7 @@ class Summarizer:
         spec = backbone_spec(bcfg, tokenizer, model.config)
         gen = GenerationConfig(**{**meta["generation"], **generation})
         out = cls(model, build_method(method_config(mcfg), spec), tokenizer, gen, meta.get("max_input_tokens"),
-                  Path(path))
+                  Path(path), meta)
         extra = Path(path) / METHOD_STATE
         if extra.exists() and (method is None or mcfg["name"] == meta["method"]["config"]["name"]):
             _, unexpected = out.model.load_state_dict(load_file(str(extra)), strict=False)
@@ -83,12 +91,22 @@ class Summarizer:
         return self.summarize(list(text))
 
     def summarize(self, texts: list[str], progress: bool = False) -> list[str]:
-        """One summary per document, one document at a time (long inputs are the point)."""
+        """One summary per document, one document at a time (long inputs are the point). ``progress``: a bar
+        on a terminal's stderr, else a plain line about every tenth of the documents."""
+        import sys
+
         from tqdm import tqdm
 
+        from scaleformer.progress import Lines, is_terminal
+
+        bar = progress and is_terminal(sys.stderr)
+        lines = Lines("summarize", len(texts), "doc", write=lambda line: print(line, file=sys.stderr, flush=True)) \
+            if progress and not bar and len(texts) > 1 else None
         out = []
-        for text in tqdm(texts, desc="summarize", unit="doc", disable=not progress or None):
+        for text in tqdm(texts, desc="summarize", unit="doc", disable=not bar):
             out.append(self._one(text))
+            if lines is not None:
+                lines.update(len(out))
         return out
 
     def _one(self, text: str) -> str:

@@ -1,14 +1,16 @@
-"""Lightning callbacks the configs instantiate (``conf/callbacks/``) and the run's progress bar."""
+"""Lightning callbacks the configs instantiate (``conf/callbacks/``) and the run's progress: a bar on a
+terminal (:class:`StepProgressBar`), plain lines in a log (:class:`LogProgress`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, TQDMProgressBar
 
 from scaleformer.config import BertScoreConfig, MetricsConfig
 from scaleformer.ops import compat
+from scaleformer.progress import Lines, is_terminal
 
 
 class StepCheckpoint(ModelCheckpoint):
@@ -157,6 +159,55 @@ class StepProgressBar(TQDMProgressBar):
         items = super().get_metrics(trainer, pl_module)
         items.pop("v_num", None)
         return items
+
+
+class LogProgress(ProgressBar):
+    """Training and generation progress as plain lines, about every tenth: for logs, CI and SLURM output,
+    where each redraw of a bar would become a line of its own."""
+
+    def __init__(self, every: float = 0.1) -> None:
+        super().__init__()
+        self.every = every
+        self._enabled = True
+        self._train: Lines | None = None
+        self._predict: Lines | None = None
+        self._predicted = 0
+
+    def disable(self) -> None:  # Lightning disables the bar on every rank but 0
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        total = trainer.max_steps if trainer.max_steps > 0 else int(trainer.estimated_stepping_batches)
+        self._train = Lines("train", total, "step", start=trainer.global_step, every=self.every)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if self._train is None or not self._enabled:
+            return
+        loss = trainer.progress_bar_metrics.get("train/loss")
+        self._train.update(trainer.global_step, f"loss {float(loss):.4g}" if loss is not None else "")
+
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        total = sum(n for n in trainer.num_predict_batches if n != float("inf"))
+        self._predict, self._predicted = Lines("generate", int(total), "batch", every=self.every), 0
+
+    def on_predict_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                             batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._predicted += 1
+        if self._predict is not None and self._enabled:
+            self._predict.update(self._predicted)
+
+
+def progress_callback() -> ProgressBar:
+    """A redrawn bar on a terminal, plain lines anywhere else (Lightning's bars write to stdout)."""
+    return StepProgressBar() if is_terminal() else LogProgress()
 
 
 def log_metrics(trainer: pl.Trainer, split: str, metrics: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ import torch
 from scaleformer.errors import ConfigError
 from scaleformer.ops import compat
 from scaleformer.runs import checkpoints
-from scaleformer.runs.callbacks import StepProgressBar
+from scaleformer.runs.callbacks import progress_callback
 from scaleformer.runs.context import RunContext
 
 
@@ -51,7 +51,7 @@ def build_trainer(ctx: RunContext, loggers: list[Any], callbacks: list[Any]) -> 
     plugins = extra.pop("plugins", None) or []
     plugins = [*(plugins if isinstance(plugins, list) else [plugins]), checkpoints.AtomicCheckpointIO()]
     if t.enable_progress_bar:
-        callbacks = [*callbacks, StepProgressBar()]
+        callbacks = [*callbacks, progress_callback()]
     try:
         return pl.Trainer(
             max_steps=t.max_steps, max_epochs=t.max_epochs, accelerator=t.accelerator, devices=t.devices,

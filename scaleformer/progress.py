@@ -1,0 +1,68 @@
+"""Progress fit for a log: a plain line about every tenth of the work, where a terminal gets a redrawn bar.
+
+A redrawn bar is one line per update once it goes to a file, a CI log or a SLURM output (about 1,500
+lines for the embedded default). Training (:class:`scaleformer.runs.callbacks.LogProgress`) and
+generation (the run's and ``scaleformer summarize``'s) print these lines instead when the stream is
+not a terminal: what, how far, how fast, and how long to go.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from typing import IO
+
+
+def is_terminal(stream: IO[str] | None = None) -> bool:
+    """Whether ``stream`` (default stdout) is an interactive terminal, where redrawing a bar is right."""
+    stream = sys.stdout if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False
+
+
+def duration(seconds: float) -> str:
+    """``42s``, ``4m12s``, ``2h05m``: short enough for a progress line."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+class Lines:
+    """Announces ``what`` at about every ``every`` of ``total`` units, and at the end.
+
+    ``start`` is where the work resumes (a continued training run starts at its checkpoint's step): the
+    rate and the ETA count only the units done since this object was made.
+    """
+
+    def __init__(self, what: str, total: int | None, unit: str, *, start: int = 0, every: float = 0.1,
+                 write: Callable[[str], None] | None = None) -> None:
+        self.what, self.total, self.unit, self.start = what, total, unit, start
+        self.step = max(1, math.ceil(total * every)) if total else None
+        self.next = (start // self.step + 1) * self.step if self.step else None
+        self.t0 = time.monotonic()
+        self.write = write or (lambda line: print(line, flush=True))
+
+    def update(self, done: int, detail: str = "") -> None:
+        """Call after each unit with the count done so far; prints only when a mark is crossed."""
+        if self.next is None or self.total is None or (done < self.next and done < self.total):
+            return
+        self.next = (done // self.step + 1) * self.step if self.step else None
+        if done >= self.total:
+            self.next = None  # the last line has been said
+        elapsed = time.monotonic() - self.t0
+        rate = (done - self.start) / elapsed if elapsed > 0 and done > self.start else 0.0
+        parts = [f"{self.what}: {self.unit} {done}/{self.total} ({100 * done / self.total:.0f}%)"]
+        if detail:
+            parts.append(detail)
+        if rate > 0:
+            parts.append(f"{rate:.3g} {self.unit}/s" if rate >= 1 else f"{1 / rate:.3g} s/{self.unit}")
+            parts.append(f"ETA {duration((self.total - done) / rate)}" if done < self.total
+                         else f"took {duration(elapsed)}")
+        self.write(", ".join(parts))
