@@ -20,7 +20,7 @@ LAUNCHER_ARGS ?=
 METHODS ?=
 REPRO   = $(PY) scripts/reproduce.py --profile $(PROFILE) $(if $(FORCE),--force) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(foreach a,$(LAUNCHER_ARGS),--launcher-arg $(a)) $(if $(METHODS),--methods $(METHODS))
 
-.PHONY: setup check-lock lock run test test-all test-kernels test-compat lint clean table1 table2 table_qa figure2 bench gpu-check wheels
+.PHONY: setup check-lock lock run default-results test test-all test-kernels test-compat lint clean table1 table2 table_qa figure2 bench gpu-check wheels
 
 setup: $(STAMP)
 
@@ -50,6 +50,9 @@ lock:               ## re-resolve the pyproject's ranges to the newest releases 
 
 run: setup          ## train + evaluate the embedded default (make run ARGS="method=sled")
 	$(PY) train.py $(ARGS)
+
+default-results: setup  ## results/default/: the default run's scores and its input-blind baselines (the README's first table)
+	$(PY) scripts/default_results.py
 
 test: setup         ## fast test tier (what CI runs)
 	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)

@@ -2,6 +2,7 @@
 
     python scripts/input_blind.py results/runs/<run>                 # validation split
     python scripts/input_blind.py results/runs/<run> --split test --limit 8
+    python scripts/input_blind.py results/runs/<run> --out results/default/input_blind_validation.json
 
 A summary scores ROUGE for its template as much as for its content, so a score is evidence only
 if it falls when the input is taken away. The run's exported model (``<run>/model``) summarizes
@@ -13,8 +14,9 @@ each document of the split three ways, always scored against that document's own
 - ``no document``: a one-sentence input with no events (the model's prior);
 - ``training summary``: no model at all, the training split's most frequent reference.
 
-Writes ``<run>/eval/input_blind_<split>.json`` (atomically) and prints one row per baseline, with
-fact recall where the data are the synthetic ledgers.
+Writes ``<run>/eval/input_blind_<split>.json`` (or ``--out``; atomically) and prints one row per
+baseline, with fact recall and town accuracy (the headline names the ledger's own town) where the data
+are the synthetic ledgers.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run_dir", type=Path, help="a run folder with an exported model/ (results/runs/<run>)")
     ap.add_argument("--split", default="validation", choices=["validation", "test"])
     ap.add_argument("--limit", type=int, default=None, help="the first N documents only")
+    ap.add_argument("--out", type=Path, default=None, help="the results file (default <run>/eval/input_blind_<split>.json)")
     args = ap.parse_args(argv)
 
     from omegaconf import OmegaConf
@@ -84,16 +87,18 @@ def main(argv: list[str] | None = None) -> int:
     }
     mcfg = cfg.metrics
     mcfg.bertscore.enabled = False  # ROUGE and fact recall say what this needs; BERTScore adds minutes
-    out: dict[str, Any] = {"run": str(run), "split": args.split, "n": len(docs), "baselines": {}}
+    made = summarize.record.get("run") or {}
+    out: dict[str, Any] = {"run": str(run), "step": made.get("step"), "commit": made.get("commit"), "split": args.split,
+                           "n": len(docs), "baselines": {}}
     for name, texts in inputs.items():
         preds = summarize.summarize(texts)
         out["baselines"][name] = {"scores": _scores(compute_metrics(preds, refs, mcfg)), "predictions": preds}
     top = train_refs.most_common(1)[0][0]
     out["baselines"]["training summary"] = {"scores": _scores(compute_metrics([top] * len(docs), refs, mcfg)),
                                             "predictions": [top] * len(docs)}
-    path = run / "eval" / f"input_blind_{args.split}.json"
+    path = args.out or run / "eval" / f"input_blind_{args.split}.json"
     atomic_write_json(path, out)
-    keys = [k for k in ("rouge1", "rouge2", "rougeL", "fact_recall", "fact_field_recall")
+    keys = [k for k in ("rouge1", "rouge2", "rougeL", "fact_recall", "fact_field_recall", "town_accuracy")
             if k in out["baselines"]["own document"]["scores"]]
     print(f"{'input':<20}" + "".join(f"{COLUMN_LABELS[k]:>12}" for k in keys))
     for name, b in out["baselines"].items():
@@ -104,11 +109,11 @@ def main(argv: list[str] | None = None) -> int:
 
 # The names the README and the run summary use for these scores.
 COLUMN_LABELS = {"rouge1": "R-1", "rouge2": "R-2", "rougeL": "R-L", "fact_recall": "Facts",
-                 "fact_field_recall": "Fact parts"}
+                 "fact_field_recall": "Fact parts", "town_accuracy": "Town"}
 
 
 def _scores(m: dict[str, Any]) -> dict[str, float]:
-    return {k: v for k, v in m.items() if k.startswith(("rouge", "fact_")) and isinstance(v, int | float)}
+    return {k: v for k, v in m.items() if k.startswith(("rouge", "fact_", "town_")) and isinstance(v, int | float)}
 
 
 if __name__ == "__main__":

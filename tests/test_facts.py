@@ -12,6 +12,7 @@ from scaleformer.metrics import compute_metrics
 from scaleformer.metrics.facts import (
     compute_facts,
     document_events,
+    headline_town,
     predicted_events,
     reference_events,
     window_ceiling,
@@ -76,6 +77,32 @@ def test_each_predicted_sentence_counts_once():
 def test_best_reference_and_mean_over_documents():
     got = compute_facts(["", PARA], [[REF, PARA], [REF]])
     assert got["fact_recall"] == pytest.approx(50.0) and got["fact_events"] == 6
+
+
+@pytest.mark.parametrize(("prediction", "right"), [
+    ("The ledger of Ash Crossing records 3 events. Mara Quill repaired 17 lanterns.", True),
+    ("the LEDGER of ash crossing records 2 events.", True),  # case does not matter
+    ("Volume 3 of the Ash Crossing ledger lists 3 events.", True),  # the paraphrased headline
+    ("The ledger of Harbor Gate records 3 events. Mara Quill repaired 17 lanterns at Ash Crossing.", False),
+    ("Mara Quill repaired 17 lanterns at Ash Crossing.", False),  # a place, not the headline's town
+    ("", False),
+])
+def test_town_accuracy_reads_the_headline(prediction, right):
+    assert compute_facts([prediction], [[REF]])["town_accuracy"] == (100.0 if right else 0.0)
+
+
+def test_town_accuracy_takes_any_reference_and_averages_documents():
+    other = REF.replace("Ash Crossing", "Old Granary")
+    assert headline_town(other) == "old granary"
+    got = compute_facts(["The ledger of Old Granary records 1 events.", "The ledger of Kingsway records"],
+                        [[REF, other], [REF]])
+    assert got["town_accuracy"] == 50.0
+
+
+def test_generated_ledgers_name_their_town_in_reference_and_document():
+    for row in synthetic.split_rows("validation", 8, 400):
+        town = headline_town(row["output"])
+        assert town is not None and row["input"].lower().startswith(f"ledger of {town},")
 
 
 def test_compute_metrics_reports_facts_only_for_ledgers():

@@ -341,3 +341,21 @@ def test_input_blind_baselines_score_the_model_without_its_input(tmp_path, capsy
     assert len(set(out["baselines"]["training summary"]["predictions"])) == 1
     printed = capsys.readouterr().out
     assert "Facts" in printed and "Fact parts" in printed and "fact_field_recall" not in printed
+
+
+def test_default_results_writes_the_readme_files(tmp_path):
+    """scripts/default_results.py (make default-results): the run's metrics and both splits' input-blind
+    baselines, each naming the run's step and commit, with town accuracy on the ledgers."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from default_results import main
+
+    out = tmp_path / "default"
+    assert main(["--out", str(out), *_tiny(tmp_path, "data.synthetic_docs.test=2", "data.splits.test=test")]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    for split in ("validation", "test"):
+        blind = json.loads((out / f"input_blind_{split}.json").read_text())
+        assert blind["split"] == split and blind["n"] == 2 and blind["step"] == metrics["step"] == 3
+        assert blind["commit"] == metrics["commit"]
+        assert all("town_accuracy" in b["scores"] for b in blind["baselines"].values())
+    assert sorted(p.name for p in out.iterdir()) == ["input_blind_test.json", "input_blind_validation.json",
+                                                     "metrics.json"], "nothing half-written beside them"

@@ -10,6 +10,8 @@ vocabulary of :mod:`scaleformer.data.synthetic`, so they can be read back exactl
 - ``fact_field_recall``: share of the reference events' parts stated, with each predicted sentence
   credited to at most one reference event (partial credit: a right place with a wrong count).
 - ``fact_precision``: share of the predicted event sentences that are reference events.
+- ``town_accuracy``: share of documents whose summary names the ledger's own town in its headline
+  ("The ledger of <town> records ..."); the town is stated once, at the document's start.
 
 Scored only where every scored document's references are ledger summaries (the synthetic task's
 grammar); elsewhere :func:`compute_facts` returns nothing, so the keys are absent, never zero.
@@ -65,6 +67,8 @@ def _patterns() -> dict[str, re.Pattern[str]]:
                                  rf"(?P<n>\d+) (?P<obj>{_alt(s.OBJECTS)})\.?$"),
         "doc_event": re.compile(rf"On day \d+, (?P<who>{who}) (?P<verb>{_alt(s.VERBS)}) (?P<n>\d+) "
                                 rf"(?P<obj>{_alt(s.OBJECTS)}) at (?P<where>(?:the )?(?:{places}))\."),
+        "town": re.compile(rf"\bledger of (?P<a>(?:the )?(?:{places}))\b|\bof (?P<b>(?:the )?(?:{places})) ledger\b",
+                           re.IGNORECASE),
         "who": re.compile(rf"\b{who}\b"),
         "verb": re.compile(rf"\b(?:{_alt(s.VERBS)})\b"),
         "n": re.compile(r"\b\d+\b"),
@@ -96,6 +100,12 @@ def reference_events(reference: str) -> list[Event] | None:
             return None
         events.append(Event(m["who"], m["verb"], m["n"], m["obj"], _place(m["where"])))
     return events or None
+
+
+def headline_town(text: str) -> str | None:
+    """The town a ledger summary's headline names (the first one stated), without its article."""
+    m = _patterns()["town"].search(text)
+    return _place((m["a"] or m["b"]).lower()).removeprefix("the ") if m else None
 
 
 def predicted_events(prediction: str) -> list[Event]:
@@ -143,15 +153,17 @@ def compute_facts(predictions: Sequence[str], references: Sequence[Sequence[str]
     if not parsed or any(not refs or any(ev is None for ev in refs) for refs in parsed):
         return {}
     totals = {"fact_recall": 0.0, "fact_field_recall": 0.0, "fact_precision": 0.0}
-    n_events = 0
-    for pred, refs in zip(predictions, parsed):
+    n_events = towns = 0
+    for pred, refs, texts in zip(predictions, parsed, references):
         scores = [score_document(pred, ev) for ev in refs]
         best = max(scores, key=lambda s: (s["fact_recall"], s["fact_field_recall"]))
         for k in totals:
             totals[k] += best[k]
         n_events += len(refs[0])
+        town = headline_town(pred)
+        towns += town is not None and any(town == headline_town(r) for r in texts)
     n = len(predictions)
-    return {**{k: v / n for k, v in totals.items()}, "fact_events": n_events}
+    return {**{k: v / n for k, v in totals.items()}, "town_accuracy": 100.0 * towns / n, "fact_events": n_events}
 
 
 def document_events(document: str) -> list[tuple[int, int, Event]]:
