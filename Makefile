@@ -86,13 +86,21 @@ bench: setup        ## results/bench/<profile>.{json,md,png}  (PROFILE=cpu-tiny 
 	$(PY) scripts/bench.py --profile $(if $(filter command line environment,$(origin PROFILE)),$(PROFILE),cpu-tiny)
 
 DIR ?=
+GPU_CHECK_ARGS ?=
 gpu-check:          ## on a GPU machine: prepare .venv-gpu from the lock (wheels/ if present), run `pytest -m gpu` and the gpu-base bench; results in DIR
 	@test -n "$(DIR)" || { echo "error: DIR is required: make gpu-check DIR=/path/to/results"; exit 2; }
-	$(PYTHON) scripts/gpu_check.py $(DIR)
+	$(PYTHON) scripts/gpu_check.py $(DIR) $(GPU_CHECK_ARGS)
 
+# GPU_PYTHON=3.12: wheels for the GPU machine's Python when it is not this one's. A distribution
+# published only as source (antlr4-python3-runtime, rouge-score: pure Python) is built into a wheel here.
+GPU_PYTHON ?=
+WHEEL_FOR = $(if $(GPU_PYTHON),--python-version $(GPU_PYTHON) --implementation cp $(foreach n,17 24 27 28 31 34 35,--platform manylinux_2_$(n)_x86_64) --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 wheels: setup       ## wheels/ for an offline GPU machine: every locked distribution but torch and CUDA's (the machine's own)
-	grep -viE '^(torch|nvidia-|triton)' $(LOCK) > .wheels-reqs.txt
-	$(PY) -m pip download -q --only-binary=:all: --no-deps -r .wheels-reqs.txt -d wheels
+	grep -viE '^(torch|nvidia-|triton|#)' $(LOCK) | grep . > .wheels-reqs.txt
+	while read -r req; do \
+	  $(PY) -m pip download -q --only-binary=:all: --no-deps $(WHEEL_FOR) "$$req" -d wheels 2>/dev/null \
+	  || $(PY) -m pip wheel -q --no-deps "$$req" -w wheels || exit 1; \
+	done < .wheels-reqs.txt
 	rm -f .wheels-reqs.txt
 
 lint: setup

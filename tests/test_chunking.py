@@ -262,11 +262,19 @@ def test_auto_encoder_batch_size_respects_the_process_memory_cap(monkeypatch):
     spec = SimpleNamespace(d_model=768, n_encoder_layers=6)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (70 * gib, 80 * gib))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 1 * gib)
-    dev = torch.device("cuda")
-    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device=None: 1.0)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    dev = torch.device("cuda")  # index-less, as Summarizer(device="cuda") passes it
+
+    def fraction(value):
+        def get(device):  # torch 2.11 refuses a device without an index here
+            assert isinstance(device, int), f"an index-less {device!r} reached get_per_process_memory_fraction"
+            return value
+        return get
+
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", fraction(1.0))
     assert auto_encoder_batch_size(dev, 1024, spec, training=False) == \
         auto_encoder_batch_size(dev, 1024, spec, training=False, free_bytes=70 * gib)
-    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device=None: 0.05)  # 4 GiB cap
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", fraction(0.05))  # 4 GiB cap
     assert auto_encoder_batch_size(dev, 1024, spec, training=False) == \
         auto_encoder_batch_size(dev, 1024, spec, training=False, free_bytes=3 * gib)
 

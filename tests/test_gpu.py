@@ -106,7 +106,7 @@ def test_auto_encoder_batch_size_respects_a_capped_memory_fraction():
         encoder = BartModel(cfg).get_encoder().cuda().eval()
         spec = type("Spec", (), {"d_model": 768, "n_encoder_layers": 6})()
         size = auto_encoder_batch_size(torch.device("cuda"), 1024, spec, training=False)
-        assert size >= 1
+        assert size >= 1 and size == auto_encoder_batch_size(torch.device("cuda", 0), 1024, spec, training=False)
         with torch.no_grad():
             encoder(input_ids=torch.randint(3, 1000, (size, 1024), device="cuda"))
         torch.cuda.synchronize()

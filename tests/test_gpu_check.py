@@ -13,14 +13,28 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import gpu_check  # noqa: E402
 
 
-def test_the_gpu_environment_keeps_the_machines_torch_and_pins_the_rest(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpu_check, "VENV", tmp_path)
-    reqs = gpu_check.lock_without_machine_packages().read_text().splitlines()
-    names = {r.split("==")[0].lower() for r in reqs}
-    assert "torch" not in names and not any(n.startswith(("nvidia-", "triton")) for n in names)
+def test_the_gpu_environment_keeps_the_machines_torch_and_pins_the_rest():
+    pins = gpu_check.lock_requirements()
+    assert "torch" not in pins and not any(n.startswith(("nvidia-", "triton")) for n in pins)
     for needed in ("hydra-core", "datasets", "rouge-score", "bert-score", "wandb", "transformers", "lightning"):
-        assert needed in names, needed
-    assert all("==" in r for r in reqs), "every other distribution at its locked version"
+        assert needed in pins, needed
+    online = gpu_check.plan(pins, None, {"transformers": "0.0.1"})
+    assert len(online.install) == len(pins) and not online.kept and not online.absent
+
+
+def test_offline_wheels_install_the_lock_and_name_every_distribution_off_it(tmp_path):
+    pins = {"hydra-core": "1.3.8", "transformers": "5.24.0", "numpy": "2.4.6", "safetensors": "0.8.0",
+            "wandb": "0.31.0"}
+    for f in ("hydra_core-1.3.8-py3-none-any.whl", "transformers-5.24.0-py3-none-any.whl",
+              "numpy-2.3.0-cp312-cp312-manylinux_2_28_x86_64.whl"):  # a numpy wheel, but not the lock's
+        (tmp_path / f).touch()
+    wheels = gpu_check.wheel_versions(tmp_path)
+    assert ("hydra-core", "1.3.8") in wheels
+    todo = gpu_check.plan(pins, wheels, {"numpy": "2.5.2", "safetensors": "0.8.0", "transformers": "5.17.0"})
+    assert todo.install == ["hydra-core==1.3.8", "transformers==5.24.0"]
+    assert todo.kept == [("numpy", "2.5.2", "2.4.6")] and todo.absent == [("wandb", "0.31.0")]
+    text = "\n".join(todo.describe())
+    assert "numpy 2.5.2 (lock 2.4.6)" in text and "absent (no wheel, not on the machine): wandb 0.31.0" in text
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has an NVIDIA driver")

@@ -370,10 +370,12 @@ def auto_encoder_batch_size(device: torch.device, width: int, spec: Any, *, trai
     if free_bytes is None:
         if device.type != "cuda":
             return cpu_default
-        free_bytes, total = torch.cuda.mem_get_info(device)
+        # An index-less "cuda" means the current device; the fraction's getter refuses it (torch 2.11).
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        free_bytes, total = torch.cuda.mem_get_info(index)
         cap = getattr(torch.cuda, "get_per_process_memory_fraction", None)  # torch >= 2.5
-        if cap is not None and (f := cap(device)) < 1.0:  # the allocator's cap, not the device, limits us
-            free_bytes = min(free_bytes, max(int(f * total) - torch.cuda.memory_reserved(device), 0))
+        if cap is not None and (f := cap(index)) < 1.0:  # the allocator's cap, not the device, limits us
+            free_bytes = min(free_bytes, max(int(f * total) - torch.cuda.memory_reserved(index), 0))
     d = max(int(getattr(spec, "d_model", 0) or 768), 1)
     layers = max(int(getattr(spec, "n_encoder_layers", 0) or 12), 1) if training else 1
     heads = max(d // 64, 1)
