@@ -49,9 +49,13 @@ class Lines:
         self.t0 = time.monotonic()
         self.write = write or (lambda line: print(line, flush=True))
 
+    def due(self, done: int) -> bool:
+        """Whether ``update(done)`` will print (so a caller computes its detail only then)."""
+        return self.next is not None and self.total is not None and (done >= self.next or done >= self.total)
+
     def update(self, done: int, detail: str = "") -> None:
         """Call after each unit with the count done so far; prints only when a mark is crossed."""
-        if self.next is None or self.total is None or (done < self.next and done < self.total):
+        if not self.due(done):
             return
         self.next = (done // self.step + 1) * self.step if self.step else None
         if done >= self.total:

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# The names the README and the run summary use for these scores.
+# The names the documentation and the run summary use for these scores.
 COLUMN_LABELS = {"rouge1": "R-1", "rouge2": "R-2", "rougeL": "R-L", "fact_recall": "Facts",
                  "fact_field_recall": "Fact parts", "town_accuracy": "Town"}
 

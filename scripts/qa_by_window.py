@@ -1,6 +1,7 @@
 """EM and F1 of QA runs on the bundled ledgers, apart for answers inside and past truncation's window.
 
     .venv/bin/python scripts/qa_by_window.py results/tiny/runs/ledgersqa-*
+    .venv/bin/python scripts/qa_by_window.py results/tiny/runs/ledgersqa-* --out results/tiny/table_qa_by_window.json
 
 Why: the table's EM and F1 mix answers a first-window reader can see with ones it can only guess.
 Split by where the answer lies (after the question, in the backbone's window), a method that reads
@@ -74,14 +75,21 @@ def run_scores(run_dir: Path) -> tuple[str, dict[str, dict[str, dict[str, float]
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run folders (results/<profile>/runs/ledgersqa-*)")
+    ap.add_argument("--out", type=Path, help="also write the scores as JSON (method -> split -> inside/past)")
     args = ap.parse_args(argv)
     print("| method | split | inside: n | EM | F1 | past: n | EM | F1 |\n|---|---|---|---|---|---|---|---|")
+    written: dict[str, Any] = {}
     for run in args.runs:
         method, scores = run_scores(run)
+        written[method] = {"run": run.name, **scores}
         for split, s in scores.items():
             i, p = s["inside"], s["past"]
             print(f"| {method} | {split} | {i['n']} | {i['exact_match']:.1f} | {i['f1']:.1f} "
                   f"| {p['n']} | {p['exact_match']:.1f} | {p['f1']:.1f} |")
+    if args.out:
+        from scaleformer.io import atomic_write_json
+
+        atomic_write_json(args.out, written)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -32,7 +33,10 @@ def test_the_parts_add_up_to_the_runs_own_scores(tmp_path, capsys):
     # the QA reader's answers share words with the references (the sums above are not 0 = 0).
     assert scores["validation"]["inside"]["n"] and scores["validation"]["past"]["n"]
     assert result["splits"]["validation"]["f1"] > 10
-    assert qa_by_window.main([str(run_dir)]) == 0 and "| truncation | validation |" in capsys.readouterr().out
+    assert qa_by_window.main([str(run_dir), "--out", str(tmp_path / "by_window.json")]) == 0
+    assert "| truncation | validation |" in capsys.readouterr().out
+    written = json.loads((tmp_path / "by_window.json").read_text())
+    assert written["truncation"]["validation"] == json.loads(json.dumps(scores["validation"]))
 
 
 def test_a_run_on_other_data_is_refused_with_its_name(tmp_path):

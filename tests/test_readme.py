@@ -1,10 +1,11 @@
-"""The README's commands work as written (in the style of litgpt's test_readme.py).
+"""The documentation's commands work as written, and its numbers are its results files' (litgpt's test_readme).
 
-Every ``python train.py ...`` line of the README's bash blocks runs in a fresh process in fast mode
-(``debug=default``: two steps on a sliver of data) under a temporary ``paths.root``. Commands that
-need the Hugging Face hub (real backbones and data sets) cannot succeed here, so they must fail the
-way the README's "Offline" section promises: fast, with one ``error:`` line naming what is missing.
-The score command runs on the predictions a README run wrote.
+Every command line of a ``bash`` block in README.md and docs/*.md is covered by exactly one rule of
+``COVERAGE``: run here (training commands in fast mode, ``debug=default``, under a temporary
+``paths.root``; ``summarize`` and ``score`` on a model a README command trained), composed here (runs
+for hardware this machine lacks), stopping here with one ``error:`` line (the hub is needed), run by
+the named test, or named as needing a GPU or the network. A new command without a rule fails
+``test_every_documented_command_is_covered``. The pages' numbers are checked against ``results/``.
 """
 
 from __future__ import annotations
@@ -20,24 +21,118 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-README = (ROOT / "README.md").read_text(encoding="utf-8")
-HUB_ONLY = ("backbone=bart_base", "backbone=t5_base", "data=govreport", "data=summscreen", "data=booksum")
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+HUB_ONLY = ("backbone=bart_base", "backbone=t5_base", "data=govreport", "data=summscreen", "data=booksum",
+            "backbone.pretrained=google/")
 # Commands for hardware this machine lacks (several GPUs, nodes, a SLURM cluster): composed, not run.
 CLUSTER = re.compile(r"trainer\.devices=([2-9]|\d\d)|trainer\.num_nodes=|hydra/launcher=slurm")
+TRAIN = re.compile(r"^(\.venv/bin/python train\.py|python train\.py|make run$|.*scaleformer train)")
+
+# (pattern, kind, detail). kinds: run / compose / hub (this file runs or composes them), test (the named
+# test runs this command's path), long (CPU runs of many minutes: they produced the committed results
+# these pages render, checked by test_results_blocks_match_results_files; their grids compose in
+# test_tiny_profiles_compose), gpu (needs a GPU, a cluster or the network to PyTorch's index).
+COVERAGE: list[tuple[str, str, str]] = [
+    (r"^make test$|^make test-kernels$|^make test-all$|^make lint$", "test",
+     "the test tiers themselves (.ci/run runs make test and make test-kernels)"),
+    (r"^make setup TORCH_INDEX=", "gpu", "a CUDA build of torch from PyTorch's index"),
+    (r"^make wheels( |$)|^make gpu-check ", "gpu", "the GPU tier's machine (scripts/gpu_check.py)"),
+    (r"^make bench PROFILE=gpu-base$|scaleformer bench --profile gpu-base", "gpu", "bart-base shapes in bf16"),
+    (r"scaleformer bench --profile my\.yaml", "test", "tests/test_bench.py::test_cli_runs_a_profile_file"),
+    (r"^make bench$", "test", "tests/test_bench.py::test_results_file_structure"),
+    (r"^make (table1|table2|figure2|table_qa) PROFILE=smoke$", "test",
+     "tests/test_tables.py::test_smoke_profile_runs_the_grid_and_renders_it"),
+    (r"^make (table1|table2|figure2|table_qa) PROFILE=tiny$", "long", "results/tiny/"),
+    (r"^make table1 LAUNCHER=slurm", "gpu", "a SLURM cluster of GPUs"),
+    (r"^make (table1|table2|figure2)( FORCE=1| METHODS=all)?$", "gpu", "the paper's profile: real data, one GPU"),
+    (r"^python -m venv ~/sf", "test", "tests/test_package.py::test_pip_install_then_train_and_summarize_from_an_empty_directory"),
+    (r"^mkdir -p /tmp/try .*scaleformer train debug=default$", "test",
+     "tests/test_package.py::test_pip_install_then_train_and_summarize_from_an_empty_directory"),
+    (r"scripts/scrolls_submission\.py", "test", "tests/test_scrolls_tasks.py::test_the_submission_covers_all_seven_tasks"),
+    (r"scripts/qa_by_window\.py", "test", "tests/test_qa_by_window.py::test_the_parts_add_up_to_the_runs_own_scores"),
+    (r"scripts/input_blind\.py", "test",
+     "tests/test_lifecycle.py::test_input_blind_baselines_score_the_model_without_its_input"),
+    (r"^\.venv/bin/scaleformer (summarize|score) ", "run", "test_readme_summarize_and_score_commands"),
+    (TRAIN.pattern, "train", "test_readme_train_command"),
+]
 
 
-def _bash_lines() -> list[str]:
-    lines = []
-    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
-        for line in block.splitlines():
-            line = line.split(" #", 1)[0].strip()
-            if line:
-                lines.append(line)
-    return lines
+def _commands() -> list[tuple[str, str]]:
+    """(page, command) for every command line of every bash block, comments dropped."""
+    out = []
+    for page in PAGES:
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S):
+            for line in block.splitlines():
+                line = line.split(" #", 1)[0].strip()
+                if line:
+                    out.append((page.relative_to(ROOT).as_posix(), line))
+    return out
+
+
+def _rule(command: str) -> tuple[str, str, str] | None:
+    return next((r for r in COVERAGE if re.search(r[0], command)), None)
 
 
 def _train_commands() -> list[str]:
-    return [line for line in _bash_lines() if re.match(r"^(\.venv/bin/)?python train\.py", line)]
+    """Each distinct training command once (``make run`` is ``train.py`` with no arguments)."""
+    seen: dict[tuple[str, ...], str] = {}
+    for _, c in _commands():
+        if (r := _rule(c)) and r[1] == "train":
+            seen.setdefault(tuple(_words(c)), c)
+    return list(seen.values())
+
+
+def _words(command: str) -> list[str]:
+    """The arguments a training command passes to train.py."""
+    words = shlex.split(command)
+    if command == "make run":
+        return []
+    return words[words.index("train.py") + 1:] if "train.py" in words else words[words.index("train") + 1:]
+
+
+def test_every_documented_command_is_covered():
+    uncovered = [f"{page}: {cmd}" for page, cmd in _commands() if _rule(cmd) is None]
+    assert not uncovered, "commands no test runs and no rule names:\n" + "\n".join(uncovered)
+    for _, kind, detail in COVERAGE:
+        if kind == "test" and "::" in detail:
+            path, name = detail.split("::")
+            assert f"def {name}(" in (ROOT / path).read_text(), f"{detail}: no such test"
+    assert len(_train_commands()) >= 8
+
+
+def test_the_front_page_is_short_and_links_every_page():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250
+    for page in PAGES[1:]:
+        assert f"(docs/{page.name})" in readme, f"README does not link docs/{page.name}"
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            assert (page.parent / target).exists(), f"{page.name}: broken link {target}"
+
+
+def test_results_blocks_match_results_files():
+    """No number on these pages is typed by hand: each results block equals what its files render."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import render_results
+
+    blocks = [m["name"] for page in PAGES for m in render_results.BLOCK.finditer(page.read_text(encoding="utf-8"))]
+    assert {"default", "default-town", "table1-tiny-dev", "table1-tiny-reading"} <= set(blocks)
+    assert render_results.main(["--check"]) == 0, "run python scripts/render_results.py"
+
+
+@pytest.mark.parametrize("artifact", ["table1", "table2", "figure2", "table_qa"])
+def test_tiny_profiles_compose(artifact):
+    """The long ``make <artifact> PROFILE=tiny`` commands: every cell's config composes and validates."""
+    from conftest import compose
+
+    from scaleformer.artifacts.grid import expand_grid, load_spec
+    from scaleformer.resources import experiments_dir
+    from scaleformer.runs.context import to_config
+
+    cells = expand_grid(load_spec(experiments_dir() / f"{artifact}.yaml"), "tiny")
+    assert cells
+    for cell in cells:
+        to_config(compose(list(cell.overrides)))
 
 
 def _env() -> dict[str, str]:
@@ -52,13 +147,23 @@ def _run_train(args: list[str], root: Path, cache: Path) -> subprocess.Completed
                           text=True, timeout=600)
 
 
-def test_the_readme_has_train_commands():
-    assert len(_train_commands()) >= 5
+def _args(command: str, tmp_path: Path) -> list[str]:
+    out = []
+    for a in _words(command):
+        if a == "data.path=my_data":  # the page's own data folder, made here
+            folder = tmp_path / "my_data"
+            folder.mkdir()
+            for split in ("train", "validation", "test"):
+                rows = [{"id": f"{split}{i}", "document": f"word{i} " * 60, "summary": f"word{i}"} for i in range(3)]
+                (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            a = f"data.path={folder}"
+        out.append(a)
+    return out
 
 
 @pytest.mark.parametrize("command", _train_commands())
 def test_readme_train_command(command, tmp_path, tmp_path_factory):
-    args = shlex.split(command)[2:]
+    args = _args(command, tmp_path)
     cache = tmp_path_factory.getbasetemp() / "readme_cache"
     if CLUSTER.search(command):  # compose the command's config as Hydra would, without running it
         args = [a.split(",")[0] for a in args if a != "-m"]
@@ -68,17 +173,18 @@ def test_readme_train_command(command, tmp_path, tmp_path_factory):
         return
     proc = _run_train(args, tmp_path, cache)
     out = proc.stdout + proc.stderr
-    if any(a in HUB_ONLY for a in args):
+    if any(a.startswith(HUB_ONLY) for a in args):
         errors = [line for line in out.splitlines() if line.startswith("error:")]
         assert proc.returncode != 0 and len(errors) == 1, out[-3000:]
         assert "hub" in errors[0] and "Traceback" not in out
+        assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir()), "no run folder left"
         return
     assert proc.returncode == 0, out[-3000:]
     assert "results: " in proc.stdout
-    assert "Traceback" not in out
+    assert "Traceback" not in out and "\r" not in proc.stdout
 
 
-def test_readme_summarize_commands(tmp_path, tmp_path_factory):
+def test_readme_summarize_and_score_commands(tmp_path, tmp_path_factory):
     proc = _run_train([], tmp_path, tmp_path_factory.getbasetemp() / "readme_cache")
     assert proc.returncode == 0, proc.stderr[-3000:]
     model = next(tmp_path.rglob("scaleformer.json")).parent
@@ -86,9 +192,9 @@ def test_readme_summarize_commands(tmp_path, tmp_path_factory):
     (tmp_path / "report.txt").write_text(text)
     (tmp_path / "book.txt").write_text(text * 3)
     (tmp_path / "docs.jsonl").write_text(json.dumps({"id": "a", "document": text}) + "\n")
-    lines = [line for line in _bash_lines() if line.startswith(".venv/bin/scaleformer summarize")]
-    assert len(lines) >= 2
-    for line in lines:
+    commands = list(dict.fromkeys(c for _, c in _commands() if c.startswith(".venv/bin/scaleformer summarize")))
+    assert len(commands) >= 3
+    for line in commands:
         args = [str(model) if a in ("DIR", "results/runs/<run>/model") else
                 str(tmp_path / a) if a.endswith((".txt", ".jsonl")) else a for a in shlex.split(line)[2:]]
         proc = subprocess.run([sys.executable, "-m", "scaleformer.cli", "summarize", *args], cwd=ROOT,
@@ -100,16 +206,11 @@ def test_readme_summarize_commands(tmp_path, tmp_path_factory):
         elif "docs.jsonl" in line:
             assert (tmp_path / "docs.summaries.jsonl").read_text().strip(), line
         else:
-            assert proc.stdout.strip(), (line, "no summary printed")
-
-
-def test_readme_score_command(tmp_path, tmp_path_factory):
-    proc = _run_train([], tmp_path, tmp_path_factory.getbasetemp() / "readme_cache")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+            assert proc.stdout.strip() or "warning: the model wrote no text" in proc.stderr, (line, proc.stderr)
     preds = next(tmp_path.rglob("predictions_validation.jsonl"))
-    line = next(line for line in _bash_lines() if line.startswith(".venv/bin/scaleformer score"))
-    args = [preds if "<run>" in a else a for a in shlex.split(line)[2:]]
-    score = subprocess.run([sys.executable, "-m", "scaleformer.cli", "score", *map(str, args)], cwd=ROOT,
-                           env=_env(), capture_output=True, text=True, timeout=300)
-    assert score.returncode == 0, score.stderr[-3000:]
-    assert "rouge1" in score.stdout
+    for line in dict.fromkeys(c for _, c in _commands() if c.startswith(".venv/bin/scaleformer score")):
+        args = [preds if "<run>" in a else a for a in shlex.split(line)[2:]]
+        score = subprocess.run([sys.executable, "-m", "scaleformer.cli", "score", *map(str, args)], cwd=ROOT,
+                               env=_env(), capture_output=True, text=True, timeout=300)
+        assert score.returncode == 0, score.stderr[-3000:]
+        assert "rouge1" in score.stdout

@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help=f"default: {defaults.sentence_splitter}")
     ap.add_argument("--use-stemmer", action="store_true", help="not the SCROLLS default")
     ap.add_argument("--rouge-tokenizer", choices=("scrolls", "unicode"), default=None,
-                    help=f"default: {defaults.rouge_tokenizer} (unicode keeps non-Latin letters; see README)")
+                    help=f"default: {defaults.rouge_tokenizer} (unicode keeps non-Latin letters; see docs/reliability.md)")
     ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     ap.add_argument("--task-metric", choices=("rouge", "f1", "exact_match"), default="rouge",
                     help="the task's own metric (SCROLLS): f1 or exact_match add both answer scores")

@@ -13,8 +13,9 @@ What the folder holds (written at the end of every training, atomically: built b
 - ``README.md``, the model card (:mod:`scaleformer.export.card`), rewritten with the scores once the
   run has evaluated.
 
-Plain Hugging Face code gets the backbone only: it reads the first ``max_positions`` tokens, as
-truncation does; the long-context method needs the Summarizer (or the framework).
+Plain Hugging Face code gets the backbone only, without the method: on an input longer than its
+positions BART fails and T5 attends over all of it. The long-context method needs the Summarizer (or
+the framework).
 """
 
 from __future__ import annotations

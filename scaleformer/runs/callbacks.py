@@ -189,8 +189,8 @@ class LogProgress(ProgressBar):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if self._train is None or not self._enabled:
-            return
+        if self._train is None or not self._enabled or not self._train.due(trainer.global_step):
+            return  # the loss is read (a device sync on a GPU) only for the lines that are printed
         loss = trainer.progress_bar_metrics.get("train/loss")
         self._train.update(trainer.global_step, f"loss {float(loss):.4g}" if loss is not None else "")
 
