@@ -7,7 +7,8 @@ Subpackages by layer; imports point down this list only (``tests/test_layout.py`
 - ``ops/``: tensor kernels and the one seam into transformers (``compat``): chunking, fusion,
   packing, spans, the kept-positions layer, beam-shared decoding, retrieval attention;
 - ``methods/``: every long-context method behind one interface, and their registry;
-- ``model/``: backbones, the offline tokenizer, the shipped tiny readers, hub access;
+- ``model/``: backbones, the Hugging Face model class that carries a method (``wrap``, Auto
+  registration), the offline tokenizer, the shipped tiny readers, hub access;
 - ``data/``, ``metrics/``: examples and the tokenized cache; ROUGE, BERTScore, fact recall;
 - ``export/``: the exported model folder, its model card, the Hub, the ``Summarizer``;
 - ``runs/``: one run start to finish (context, steps, trainer, module, callbacks, checkpoints,
@@ -20,14 +21,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaleformer.model import autoreg as _autoreg
+
 __version__ = "0.2.0"
-__all__ = ["Summarizer", "__version__"]
+__all__ = ["ScaleformerConfig", "ScaleformerForConditionalGeneration", "Summarizer", "__version__", "wrap"]
+
+# AutoConfig / AutoModelForSeq2SeqLM learn model_type "scaleformer" (when transformers loads them).
+_autoreg.install()
+
+_LAZY = {"Summarizer": "scaleformer.export.summarizer", "wrap": "scaleformer.model.hf",
+         "ScaleformerForConditionalGeneration": "scaleformer.model.hf",
+         "ScaleformerConfig": "scaleformer.model.hf_config"}
 
 
 def __getattr__(name: str) -> Any:
-    """``from scaleformer import Summarizer`` without importing torch at ``import scaleformer``."""
-    if name == "Summarizer":
-        from scaleformer.export.summarizer import Summarizer
+    """``from scaleformer import Summarizer, wrap`` without importing torch at ``import scaleformer``."""
+    if name in _LAZY:
+        import importlib
 
-        return Summarizer
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'scaleformer' has no attribute {name!r}")

@@ -19,6 +19,27 @@ def package_dir() -> Path:
     return Path(str(files("scaleformer")))
 
 
+def package_commit() -> str:
+    """The commit of the checkout this package runs from, with '-dirty' for uncommitted changes; 'unknown'
+    for an installed copy. Asked of the package's own folder, never of the working directory: a run
+    started inside another repository must not record that repository's commit."""
+    import subprocess
+
+    source = package_dir().parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True, timeout=5,
+                              check=True).stdout.strip()
+
+    try:
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != source.resolve():
+            return "unknown"  # e.g. site-packages inside someone else's repository
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+        return git("rev-parse", "HEAD") + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def conf_dir() -> Path:
     """The Hydra config root (``config.yaml`` and one folder per group)."""
     return package_dir() / "conf"

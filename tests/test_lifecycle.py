@@ -162,20 +162,44 @@ def test_resuming_mid_epoch_after_a_crash_gives_identical_predictions(tmp_path):
 
 
 def test_export_round_trips_and_loads_with_plain_transformers(tmp_path):
+    """The run's predictions again from its export: through AutoModelForSeq2SeqLM (the method's gate in
+    the weights), the Summarizer, and a format-1 copy (backbone alone + method_state.safetensors)."""
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+    import scaleformer  # noqa: F401  (registers the Auto classes)
+    from scaleformer.export.folder import META_FILE, METHOD_STATE
     from scaleformer.export.summarizer import Summarizer
 
     result = run(compose(_tiny(tmp_path, "method=memorizing")))
     model_dir = _run_dir(result, tmp_path / "results") / "model"
-    assert (model_dir / "method_state.safetensors").exists(), "memorizing's gate is exported beside the backbone"
-    assert type(AutoModelForSeq2SeqLM.from_pretrained(model_dir)).__name__ == "BartForConditionalGeneration"
-    AutoTokenizer.from_pretrained(model_dir)
+    with safe_open(str(model_dir / "model.safetensors"), "pt") as f:
+        assert any(k.endswith("retrieval_gate") for k in f.keys()), "memorizing's gate travels in the weights"
+    auto = AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval()
+    assert type(auto).__name__ == "ScaleformerForConditionalGeneration" and auto.method.cfg.name == "memorizing"
+    tok = AutoTokenizer.from_pretrained(model_dir)
     rows = [json.loads(line) for line in _predictions(result, tmp_path / "results").splitlines()]
     docs = {json.loads(line)["id"]: json.loads(line)["input"] for f in tmp_path.parent.joinpath(
         "lifecycle_cache").rglob("validation.jsonl") for line in f.read_text().splitlines()}
+    want = [r["prediction"] for r in rows]
     summarize = Summarizer.from_pretrained(model_dir, device="cpu")
-    assert [summarize(docs[r["id"]]) for r in rows] == [r["prediction"] for r in rows]
+    assert [summarize(docs[r["id"]]) for r in rows] == want
+    plain = [tok.decode(auto.generate(tok(docs[r["id"]], return_tensors="pt").input_ids)[0],
+                        skip_special_tokens=True).strip() for r in rows]
+    assert plain == want
+
+    old = tmp_path / "format1"
+    state = auto.backbone.state_dict()
+    gate = {k: v.contiguous() for k, v in state.items() if k.endswith("retrieval_gate")}
+    auto.backbone.save_pretrained(old, state_dict={k: v for k, v in state.items() if k not in gate})
+    save_file(gate, str(old / METHOD_STATE))
+    tok.save_pretrained(old)
+    record = json.loads((model_dir / META_FILE).read_text())
+    (old / META_FILE).write_text(json.dumps({**record, "format": 1}))
+    assert type(AutoModelForSeq2SeqLM.from_pretrained(old)).__name__ == "BartForConditionalGeneration"
+    assert [Summarizer.from_pretrained(old, device="cpu")(docs[r["id"]]) for r in rows] == want
 
 
 def test_summarize_cli_on_text_and_jsonl(tmp_path, capsys):

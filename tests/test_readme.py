@@ -52,6 +52,9 @@ COVERAGE: list[tuple[str, str, str]] = [
     (r"scripts/qa_by_window\.py", "test", "tests/test_qa_by_window.py::test_the_parts_add_up_to_the_runs_own_scores"),
     (r"scripts/input_blind\.py", "test",
      "tests/test_lifecycle.py::test_input_blind_baselines_score_the_model_without_its_input"),
+    (r"scripts/hf_trainer\.py --output /tmp/hf-run$", "test",
+     "tests/test_hf_trainer.py::test_the_example_script_trains_offline_and_saves_an_auto_loadable_model"),
+    (r"scripts/hf_trainer\.py --model facebook/", "gpu", "bart-base from the hub, 2,000 steps"),
     (r"^\.venv/bin/scaleformer (summarize|score) ", "run", "test_readme_summarize_and_score_commands"),
     (TRAIN.pattern, "train", "test_readme_train_command"),
 ]

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 import time
 import traceback
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from scaleformer.bench.profile import Profile
 from scaleformer.bench.rows import LED, Row, SkipMethod, build_row, expand_methods
 from scaleformer.bench.shapes import Shape, attention_impl, load_shape
 from scaleformer.io import atomic_write_json
+from scaleformer.resources import package_commit
 
 SCHEMA = 1
 Log = Callable[[str], None]
@@ -205,12 +205,9 @@ def environment(device: torch.device) -> dict[str, Any]:
     if device.type == "cuda":
         env["gpu_memory_bytes"] = torch.cuda.get_device_properties(device).total_memory
         env["peak_bf16_tflops"] = peak_tflops(env["device_name"])
-    with contextlib.suppress(Exception):
-        def git(*args: str) -> str:
-            return subprocess.run(["git", *args], capture_output=True, text=True, timeout=5).stdout
-
-        env["git_commit"] = git("rev-parse", "HEAD").strip() or None
-        env["git_dirty"] = bool(git("status", "--porcelain", "--untracked-files=no").strip())
+    commit = package_commit()
+    env["git_commit"] = None if commit == "unknown" else commit.removesuffix("-dirty")
+    env["git_dirty"] = commit.endswith("-dirty")
     return env
 
 

@@ -3,7 +3,8 @@
 YAML front matter the Hub reads (library, pipeline, tags, base model, datasets, a ``model-index``
 with the scores), then the method and its settings, the backbone, the data, the scores with the
 metric settings behind them, how the model was made (command, commit, seed, steps, versions) and how
-to use it: with the long-context method (the Summarizer) or as a plain truncating model.
+to use it. No ``pipeline_tag``: transformers 5 has no summarization pipeline, and the model's class
+(``model_type: scaleformer``) needs ``import scaleformer``, which the card's first lines say.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def _front_matter(record: dict[str, Any]) -> dict[str, Any]:
     method = record["method"]
     backbone = record.get("backbone") or {}
     data = record.get("data")
-    meta: dict[str, Any] = {"library_name": "transformers", "pipeline_tag": "summarization",
+    meta: dict[str, Any] = {"library_name": "transformers",
                             "tags": ["scaleformer", "long-context", "summarization", method["option"]]}
     base = backbone.get("pretrained")
     if isinstance(base, str) and "/" in base and not base.startswith(("/", ".", "asset:")):
@@ -50,6 +51,8 @@ def model_card(record: dict[str, Any]) -> str:
     backbone = record.get("backbone") or {}
     parts = ["---", yaml.safe_dump(_front_matter(record), sort_keys=False).strip(), "---", "",
              f"# {run.get('run_id') or 'scaleformer model'}", "",
+             "Needs the scaleformer package: `pip install scaleformer`, then `import scaleformer` before "
+             "loading (it registers `model_type: scaleformer` with transformers' Auto classes).", "",
              f"A {backbone.get('model_type') or 'seq2seq'} summarizer trained with the long-context method "
              f"**{method['option']}** (`{method['class']}`) by "
              "the scaleformer framework on `" + str(record.get("data")) + "`.", "",
@@ -78,11 +81,14 @@ def model_card(record: dict[str, Any]) -> str:
               f"- commit: `{run.get('commit')}`, seed {run.get('seed')}, step {run.get('step')}, "
               f"training identity `{run.get('training_hash')}`",
               "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()), "",
-              "## Use", "", "With its long-context method (reads the whole document):", "", "```python",
-              "from scaleformer import Summarizer", "",
-              'summarize = Summarizer.from_pretrained("<this folder or hub id>")',
-              'print(summarize(open("report.txt").read()))', "```", "",
-              "or `scaleformer summarize --model <folder or hub id> --input report.txt`. Plain transformers "
-              "(`AutoModelForSeq2SeqLM.from_pretrained`) loads the backbone alone, which reads only the "
-              f"first {backbone.get('max_positions')} tokens.", ""]
+              "## Use", "", "The method travels with the model: `generate` reads the whole document (tokenize it "
+              "without truncation) with the decoding settings of `generation_config.json`.", "", "```python",
+              "import scaleformer  # registers the model class with the Auto classes",
+              "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer", "",
+              'model = AutoModelForSeq2SeqLM.from_pretrained("<this folder or hub id>")',
+              'tokenizer = AutoTokenizer.from_pretrained("<this folder or hub id>")',
+              'ids = tokenizer(open("report.txt").read(), return_tensors="pt").input_ids',
+              "print(tokenizer.decode(model.generate(ids)[0], skip_special_tokens=True))", "```", "",
+              "or `Summarizer.from_pretrained(\"<this folder or hub id>\")(text)`, or `scaleformer summarize "
+              "--model <folder or hub id> --input report.txt`.", ""]
     return "\n".join(parts)

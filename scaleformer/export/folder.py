@@ -2,10 +2,12 @@
 
 What the folder holds (written at the end of every training, atomically: built beside, then swapped in):
 
-- ``config.json`` + ``model.safetensors``: the backbone, loadable with plain
-  ``AutoModelForSeq2SeqLM.from_pretrained(DIR)``; ``tokenizer.json`` etc.: ``AutoTokenizer.from_pretrained(DIR)``;
-- ``method_state.safetensors``: parameters the method added to the model (e.g. Memorizing's gate),
-  absent when it added none;
+- ``config.json`` (``model_type: scaleformer``) + ``model.safetensors``: the backbone and its method
+  together (:class:`scaleformer.model.hf.ScaleformerForConditionalGeneration`, the parameters a method
+  adds included), loadable with ``AutoModelForSeq2SeqLM.from_pretrained(DIR)`` after ``import
+  scaleformer``; ``generation_config.json``: the run's decoding settings, so a plain ``generate()``
+  decodes as the run did; ``tokenizer.json`` etc.: ``AutoTokenizer.from_pretrained(DIR)``, with
+  ``model_max_length`` the backbone's window;
 - ``scaleformer.json``, the method record: the method (option, class, config), the backbone facts
   the method needs, the generation settings, the data and metric settings, the run it came from (id,
   step, training identity, commit, command, seed) and the package versions, so
@@ -13,9 +15,9 @@ What the folder holds (written at the end of every training, atomically: built b
 - ``README.md``, the model card (:mod:`scaleformer.export.card`), rewritten with the scores once the
   run has evaluated.
 
-Plain Hugging Face code gets the backbone only, without the method: on an input longer than its
-positions BART fails and T5 attends over all of it. The long-context method needs the Summarizer (or
-the framework).
+Without ``import scaleformer``, transformers refuses the folder (unknown model type ``scaleformer``)
+rather than loading a backbone that would ignore the method. Folders of format 1 (the backbone alone,
+the method's own parameters in ``method_state.safetensors``) still load in the Summarizer.
 """
 
 from __future__ import annotations
@@ -26,27 +28,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from scaleformer.errors import redact_all
 from scaleformer.export.card import CARD_FILE, model_card
 from scaleformer.io import atomic_dir, atomic_write_text
 
 log = logging.getLogger("scaleformer")
-FORMAT = 1
+FORMAT = 2
+FORMATS = (1, 2)  # 1: the backbone alone + method_state.safetensors; 2: the model class with its method
 META_FILE = "scaleformer.json"
-METHOD_STATE = "method_state.safetensors"
-
-
-def split_state(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """(the backbone's own weights, the parameters a method added), by the backbone class's keys."""
-    from transformers import AutoModelForSeq2SeqLM
-
-    with torch.device("meta"):  # names only: no memory, no init cost
-        base_keys = set(AutoModelForSeq2SeqLM.from_config(model.config).state_dict())
-    state = model.state_dict()
-    return ({k: v for k, v in state.items() if k in base_keys},
-            {k: v.detach().contiguous().cpu() for k, v in state.items() if k not in base_keys})
+METHOD_STATE = "method_state.safetensors"  # format 1 only
+TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
 def method_record(module: Any, run: dict[str, Any]) -> dict[str, Any]:
@@ -61,7 +52,7 @@ def method_record(module: Any, run: dict[str, Any]) -> dict[str, Any]:
                    "class": described.get("class", type(module.method).__name__),
                    "config": dataclasses.asdict(module.method.cfg)},
         "backbone": {**run.get("backbone", {}), "max_positions": spec.max_positions,
-                     "model_type": getattr(module.model.config, "model_type", None)},
+                     "model_type": getattr(module.model.backbone.config, "model_type", None)},
         "generation": run.get("generation") or dataclasses.asdict(module.gen_cfg),
         "max_input_tokens": run.get("max_input_tokens"),
         "data": run.get("data"),
@@ -74,19 +65,36 @@ def method_record(module: Any, run: dict[str, Any]) -> dict[str, Any]:
 
 def export_model(module: Any, out: Path, run: dict[str, Any]) -> Path:
     """Write the model folder ``out`` from the trained module and the run's record; returns ``out``."""
-    from safetensors.torch import save_file
-
     record = method_record(module, run)
     with atomic_dir(out) as tmp:
-        base, extra = split_state(module.model)
-        module.model.save_pretrained(tmp, state_dict=base)
+        module.model.save_pretrained(tmp)
+        run_generation_config(module).save_pretrained(tmp)
         module.tokenizer.save_pretrained(tmp)
-        if extra:
-            save_file(extra, str(tmp / METHOD_STATE))
+        _set_model_max_length(tmp, module.method.spec.max_positions)
         (tmp / META_FILE).write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
         (tmp / CARD_FILE).write_text(model_card(record), encoding="utf-8")
     log.info("exported the trained model (step %s) to %s", record["run"]["step"], out)
     return out
+
+
+def run_generation_config(module: Any) -> Any:
+    """The model's generation config with the run's decoding settings (beams, lengths, n-gram blocking)."""
+    import copy
+
+    from scaleformer.ops.decoding import generation_kwargs
+
+    gen = copy.deepcopy(module.model.generation_config)
+    gen.update(**generation_kwargs(module.gen_cfg))
+    return gen
+
+
+def _set_model_max_length(folder: Path, n: int) -> None:
+    """``tokenizer(text, truncation=True)`` cuts at the backbone's window, as for the backbone alone (the
+    method reads longer inputs: tokenize documents without truncation)."""
+    f = Path(folder) / TOKENIZER_CONFIG
+    conf = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
+    conf["model_max_length"] = n
+    f.write_text(json.dumps(conf, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def add_results(folder: Path, results: dict[str, Any]) -> None:
@@ -108,7 +116,7 @@ def read_meta(path: str | Path) -> dict[str, Any]:
         meta = json.loads(f.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise ValueError(f"{f}: not a readable method record ({e})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+    if not isinstance(meta, dict) or meta.get("format") not in FORMATS:
         got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise ValueError(f"{f}: format {got!r}, this version reads format {FORMAT}")
+        raise ValueError(f"{f}: format {got!r}, this version reads formats {', '.join(map(str, FORMATS))}")
     return meta

@@ -22,17 +22,18 @@ from typing import Any
 
 import torch
 
-from scaleformer.ops import decoding
-
 
 class Summarizer:
-    """An exported model with its long-context method: ``summarizer(text) -> summary``."""
+    """An exported model with its long-context method: ``summarizer(text) -> summary``.
 
-    def __init__(self, model: Any, method: Any, tokenizer: Any, generation: Any,
-                 max_input_tokens: int | None = None, folder: Path | None = None,
-                 record: dict[str, Any] | None = None) -> None:
-        self.model = method.wrap(model).eval()
-        self.method = method
+    ``model`` is a :class:`scaleformer.model.hf.ScaleformerForConditionalGeneration`: the same class a
+    run trains and ``AutoModelForSeq2SeqLM`` loads, so all three generate alike.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, generation: Any, max_input_tokens: int | None = None,
+                 folder: Path | None = None, record: dict[str, Any] | None = None) -> None:
+        self.model = model.eval()
+        self.method = model.method
         self.tokenizer = tokenizer
         self.generation = generation
         self.max_input_tokens = max_input_tokens
@@ -51,31 +52,26 @@ class Summarizer:
         """Load ``path``: an exported ``model/`` folder or a Hub id (``org/name``, offline: from the local
         cache, else one clear error); ``method``/``overrides`` change the method, ``generation``
         keywords the decoding (e.g. ``num_beams=1``)."""
-        from safetensors.torch import load_file
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-        from scaleformer.config import BackboneConfig, GenerationConfig
-        from scaleformer.export.folder import METHOD_STATE, read_meta
+        from scaleformer.config import GenerationConfig
+        from scaleformer.export.folder import read_meta
         from scaleformer.export.hub import locate
-        from scaleformer.methods import build_method, method_config
-        from scaleformer.model.backbone import backbone_spec
+        from scaleformer.model.autoreg import register
+        from scaleformer.model.hf import ScaleformerForConditionalGeneration
 
         path = locate(path, revision)
         meta = read_meta(path)
         tokenizer = AutoTokenizer.from_pretrained(str(path))
+        register()
         model = AutoModelForSeq2SeqLM.from_pretrained(str(path), use_safetensors=True)  # data, never code
         mcfg = _method_config(meta, method, overrides or {})
-        bcfg = BackboneConfig(name=meta["backbone"]["name"], pretrained=str(path),
-                              max_positions=meta["backbone"]["max_positions"])
-        spec = backbone_spec(bcfg, tokenizer, model.config)
+        if not isinstance(model, ScaleformerForConditionalGeneration):
+            model = _from_format1(model, Path(path), meta, mcfg, tokenizer, same=method is None)
+        elif method is not None or overrides:
+            model = _rebuilt(model, mcfg)
         gen = GenerationConfig(**{**meta["generation"], **generation})
-        out = cls(model, build_method(method_config(mcfg), spec), tokenizer, gen, meta.get("max_input_tokens"),
-                  Path(path), meta)
-        extra = Path(path) / METHOD_STATE
-        if extra.exists() and (method is None or mcfg["name"] == meta["method"]["config"]["name"]):
-            _, unexpected = out.model.load_state_dict(load_file(str(extra)), strict=False)
-            if unexpected:
-                raise ValueError(f"{extra}: parameters the method does not have: {', '.join(unexpected)}")
+        out = cls(model, tokenizer, gen, meta.get("max_input_tokens"), Path(path), meta)
         out.model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         return out
 
@@ -111,15 +107,14 @@ class Summarizer:
 
     def _one(self, text: str) -> str:
         from scaleformer.data.encode import truncate_ids
+        from scaleformer.model.hf import summaries
 
         if not text.strip():
             raise ValueError("cannot summarize an empty document")
         ids = self.tokenizer(text, add_special_tokens=True, verbose=False)["input_ids"]
         ids, _ = truncate_ids(list(ids), self.max_input_tokens, self.method.spec.suffix_ids)
         input_ids = torch.tensor([ids], device=next(self.model.parameters()).device)  # [1, N]
-        with torch.no_grad():
-            enc = self.method.encode(self.model.get_encoder(), input_ids, torch.ones_like(input_ids), training=False)
-            return decoding.generate_text(self.model, enc.hidden, enc.mask, self.tokenizer, self.generation)[0].strip()
+        return summaries(self.model, self.tokenizer, self.generation, input_ids, torch.ones_like(input_ids))[0].strip()
 
 
 def _method_config(meta: dict[str, Any], option: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -133,3 +128,43 @@ def _method_config(meta: dict[str, Any], option: str | None, overrides: dict[str
 
         cfg = OmegaConf.to_container(compose_config([f"method={option}"]).method, resolve=True)
     return {**cfg, **overrides}
+
+
+def _rebuilt(model: Any, mcfg: dict[str, Any]) -> Any:
+    """The loaded backbone's weights read through another method (or other parameters): the model class
+    rebuilt for it, with every weight the two share (a method's own parameters only when it keeps them)."""
+    import dataclasses
+
+    from scaleformer.methods import method_config
+    from scaleformer.model.hf import ScaleformerConfig, ScaleformerForConditionalGeneration
+
+    conf = ScaleformerConfig(backbone=model.config.backbone, method=dataclasses.asdict(method_config(mcfg)),
+                             spec=model.config.spec)
+    fresh = ScaleformerForConditionalGeneration(conf)
+    fresh.load_state_dict(model.state_dict(), strict=False)  # an old method's own parameters stay behind
+    fresh.generation_config = model.generation_config
+    return fresh
+
+
+def _from_format1(backbone: Any, path: Path, meta: dict[str, Any], mcfg: dict[str, Any], tokenizer: Any,
+                  same: bool) -> Any:
+    """A format-1 export (the backbone alone): the method from ``scaleformer.json``, its own parameters
+    from ``method_state.safetensors`` when the method is the exported one."""
+    from safetensors.torch import load_file
+
+    from scaleformer.config import BackboneConfig
+    from scaleformer.export.folder import METHOD_STATE
+    from scaleformer.methods import build_method, method_config
+    from scaleformer.model.backbone import backbone_spec
+    from scaleformer.model.hf import ScaleformerForConditionalGeneration
+
+    bcfg = BackboneConfig(name=meta["backbone"]["name"], pretrained=str(path),
+                          max_positions=meta["backbone"]["max_positions"])
+    spec = backbone_spec(bcfg, tokenizer, backbone.config)
+    model = ScaleformerForConditionalGeneration.from_parts(backbone, build_method(method_config(mcfg), spec))
+    extra = path / METHOD_STATE
+    if extra.exists() and same:
+        _, unexpected = model.backbone.load_state_dict(load_file(str(extra)), strict=False)
+        if unexpected:
+            raise ValueError(f"{extra}: parameters the method does not have: {', '.join(unexpected)}")
+    return model

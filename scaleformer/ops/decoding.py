@@ -269,11 +269,3 @@ def generation_kwargs(g: Any) -> dict[str, Any]:
             "length_penalty": g.length_penalty, "no_repeat_ngram_size": g.no_repeat_ngram_size,
             **({"early_stopping": True} if g.num_beams > 1 else {})}  # a beam-search flag only
 
-
-def generate_text(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, tokenizer: Any, g: Any) -> list[str]:
-    """Summaries (decoded text) of encoded documents ``hidden [batch, T, d]``, with beam-shared keys/values.
-
-    The one place training runs, evaluation and the exported Summarizer decode, so they decode alike.
-    """
-    out = generate(model, hidden, mask, **generation_kwargs(g))
-    return tokenizer.batch_decode(out, skip_special_tokens=True, clean_up_tokenization_spaces=False)

@@ -71,10 +71,22 @@ def load(path: str | Path, map_location: Any = "cpu", mmap: bool = False,
     state = ckpt.get("state_dict")
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ConfigError(f"{where}: has no state_dict of tensors (keys: {sorted(map(str, ckpt))[:8]})")
+    ckpt["state_dict"] = upgrade_state(state)
     step = ckpt.get("global_step", 0)
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise ConfigError(f"{where}: global_step={step!r} is not a step count (an integer >= 0)")
     return ckpt
+
+
+def upgrade_state(state: dict[str, Any]) -> dict[str, Any]:
+    """Weights saved before the backbone moved under the model class's ``backbone.`` (``model.X`` ->
+    ``model.backbone.X``), so earlier runs still resume and load; newer states pass through."""
+    if any(k.startswith(_BACKBONE) for k in state) or not any(k.startswith("model.") for k in state):
+        return state
+    return {(_BACKBONE + k[len("model."):] if k.startswith("model.") else k): v for k, v in state.items()}
+
+
+_BACKBONE = "model.backbone."
 
 
 def _first_line(e: BaseException) -> str:

@@ -17,7 +17,7 @@ from transformers import PreTrainedModel, get_linear_schedule_with_warmup
 from scaleformer.config import GenerationConfig, OptimConfig
 from scaleformer.errors import ConfigError
 from scaleformer.methods.base import Encoded, Method
-from scaleformer.ops import decoding
+from scaleformer.model.hf import ScaleformerForConditionalGeneration, summaries
 
 log = logging.getLogger("scaleformer")
 
@@ -56,8 +56,10 @@ class SummarizationModule(pl.LightningModule):
             model, method, tokenizer, optim, generation = _parts_from_config(run_config)
         if run_config is not None:
             self.save_hyperparameters({"run_config": run_config})
-        self.model = method.wrap(model)
-        self.method = method
+        # The Hugging Face model class that carries the method: what export saves and Summarizer loads.
+        self.model = model if isinstance(model, ScaleformerForConditionalGeneration) else \
+            ScaleformerForConditionalGeneration.from_parts(model, method)
+        self.method = self.model.method
         self.tokenizer = tokenizer
         self.optim_cfg = optim or OptimConfig()
         self.gen_cfg = generation or GenerationConfig()
@@ -66,6 +68,11 @@ class SummarizationModule(pl.LightningModule):
         # What checkpoints record about the run (backbone, method, training identity).
         self.meta = meta or {}
 
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        from scaleformer.runs.checkpoints import upgrade_state
+
+        checkpoint["state_dict"] = upgrade_state(checkpoint["state_dict"])
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         from scaleformer.runs.checkpoints import META_KEY
 
@@ -73,16 +80,13 @@ class SummarizationModule(pl.LightningModule):
 
     # ----------------------------------------------------------------------------------- encoder
     def encode(self, batch: dict[str, Any], training: bool) -> Encoded:
-        return self.method.encode(
-            self.model.get_encoder(), batch["input_ids"], batch["attention_mask"], training=training,
-            prefix_ids=batch.get("prefix_ids"), prefix_mask=batch.get("prefix_mask"),
-        )
+        return self.model.encode(batch["input_ids"], batch["attention_mask"], training=training,
+                                 prefix_ids=batch.get("prefix_ids"), prefix_mask=batch.get("prefix_mask"))
 
     # ---------------------------------------------------------------------------------- training
     def forward(self, batch: dict[str, Any]) -> torch.Tensor:
-        enc = self.encode(batch, training=self.training)
-        out = self.model(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, labels=batch["labels"])
-        return out.loss
+        return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"],
+                          prefix_ids=batch.get("prefix_ids"), prefix_mask=batch.get("prefix_mask")).loss
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         loss = self(batch)
@@ -111,9 +115,9 @@ class SummarizationModule(pl.LightningModule):
     # -------------------------------------------------------------------------------- generation
     @torch.no_grad()
     def generate(self, batch: dict[str, Any]) -> list[str]:
-        enc = self.encode(batch, training=False)
         # Cross-attention keys/values once per document, shared by its beams (scaleformer.ops.decoding).
-        return decoding.generate_text(self.model, enc.hidden, enc.mask, self.tokenizer, self.gen_cfg)
+        return summaries(self.model, self.tokenizer, self.gen_cfg, batch["input_ids"], batch["attention_mask"],
+                         batch.get("prefix_ids"), batch.get("prefix_mask"))
 
     def _predict(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
         preds = self.generate(batch)

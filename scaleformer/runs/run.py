@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shutil
-import subprocess
 import time
 import traceback
 from dataclasses import dataclass
@@ -349,15 +348,10 @@ def _headline(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def git_commit() -> str:
-    """HEAD's hash, with '-dirty' when the tree has uncommitted changes ('unknown' outside git)."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=5).stdout.strip()
-        return head + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    """This package's own commit ('unknown' for an installed copy): see :func:`scaleformer.resources.package_commit`."""
+    from scaleformer.resources import package_commit
+
+    return package_commit()
 
 
 def command_line() -> str:
