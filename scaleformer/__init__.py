@@ -14,7 +14,7 @@ Subpackages by layer; imports point down this list only (``tests/test_layout.py`
 - ``runs/``: one run start to finish (context, steps, trainer, module, callbacks, checkpoints,
   results schema); ``bench/``: speed, memory and scaling;
 - ``artifacts/``: the paper's tables and figure (grids, runs, rendering), the reader pretraining;
-- ``cli/``: the console commands (``scaleformer train|summarize|score|reproduce|bench|push``).
+- ``cli/``: the console commands (``scaleformer train|summarize|score|compare|reproduce|bench|push``).
 """
 
 from __future__ import annotations

@@ -55,6 +55,8 @@ COVERAGE: list[tuple[str, str, str]] = [
     (r"scripts/hf_trainer\.py --output /tmp/hf-run$", "test",
      "tests/test_hf_trainer.py::test_the_example_script_trains_offline_and_saves_an_auto_loadable_model"),
     (r"scripts/hf_trainer\.py --model facebook/", "gpu", "bart-base from the hub, 2,000 steps"),
+    (r"^\.venv/bin/scaleformer compare ", "test",
+     "tests/test_stats.py::test_compare_reports_a_known_difference_and_refuses_unpaired_runs"),
     (r"^\.venv/bin/scaleformer (summarize|score) ", "run", "test_readme_summarize_and_score_commands"),
     (TRAIN.pattern, "train", "test_readme_train_command"),
 ]

@@ -3,6 +3,7 @@
     scaleformer train [hydra overrides]      train + evaluate (python train.py)
     scaleformer summarize --model DIR ...    summaries of your documents with an exported model
     scaleformer score PREDICTIONS.jsonl      re-score saved predictions (ROUGE, BERTScore)
+    scaleformer compare RUN_A RUN_B          paired difference of two runs, its interval and p-value
     scaleformer reproduce table1 --profile tiny   the paper's tables and figure
     scaleformer bench --profile cpu-tiny     speed, memory and scaling of every method
     scaleformer push --model DIR --repo org/name   publish an exported model (opt-in)
@@ -18,6 +19,7 @@ COMMANDS = {
     "train": ("scaleformer.cli.train", "train and evaluate one configuration (Hydra overrides)"),
     "summarize": ("scaleformer.cli.summarize", "summarize documents with an exported model"),
     "score": ("scaleformer.cli.score", "re-score a predictions file"),
+    "compare": ("scaleformer.cli.compare", "paired difference of two runs on the same documents"),
     "reproduce": ("scaleformer.cli.reproduce", "regenerate a table or figure of the paper"),
     "bench": ("scaleformer.bench.cli", "benchmark the methods' speed and memory"),
     "push": ("scaleformer.cli.push", "publish an exported model to the Hugging Face Hub"),
@@ -66,5 +68,5 @@ def alias(name: str) -> Callable[[], int]:
 
 
 # console aliases: scaleformer-train, ... (module names stay free for the commands themselves)
-run_train, run_summarize, run_score, run_reproduce, run_bench, run_push = (alias(n) for n in COMMANDS)
+run_train, run_summarize, run_score, run_compare, run_reproduce, run_bench, run_push = (alias(n) for n in COMMANDS)
 

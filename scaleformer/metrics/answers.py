@@ -63,13 +63,19 @@ def exact_match(prediction: str, references: str | Sequence[str]) -> float:
     return float(any(norm == normalize_answer(r) for r in _as_list(references)))
 
 
-def answer_scores(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> dict[str, float]:
-    """Mean F1 and exact match over documents, x100 as the evaluator reports them."""
+def answer_scores(predictions: Sequence[str], references: Sequence[Sequence[str]],
+                  rows: list[dict[str, Any]] | None = None) -> dict[str, float]:
+    """Mean F1 and exact match over documents, x100 as the evaluator reports them; ``rows`` (one dict
+    per document) receive each document's own."""
     if len(predictions) != len(references):
         raise ValueError(f"{len(predictions)} predictions but {len(references)} reference lists")
+    per_doc = [{"f1": 100 * token_f1(p, r), "exact_match": 100 * exact_match(p, r)}
+               for p, r in zip(predictions, references)]
+    if rows is not None:
+        for row, d in zip(rows, per_doc, strict=True):
+            row.update(d)
     n = max(len(predictions), 1)
-    return {"f1": 100 * sum(token_f1(p, r) for p, r in zip(predictions, references)) / n,
-            "exact_match": 100 * sum(exact_match(p, r) for p, r in zip(predictions, references)) / n}
+    return {k: sum(d[k] for d in per_doc) / n for k in ("f1", "exact_match")}
 
 
 def task_score(metric: str, scores: Mapping[str, float]) -> float:

@@ -230,8 +230,10 @@ def compute_bertscore(
     *,
     device: str | None = None,
     model: BertScoreModel | None = None,
+    rows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """BERTScore P/R/F1 x 100, mean over documents that each have at least one reference.
+    """BERTScore P/R/F1 x 100, mean over documents that each have at least one reference (``rows``,
+    one dict per document, receive each document's own).
 
     Per document the reference with the best F1 is kept (its P and R are reported with it; bert-score's
     own multi-reference mode maxes P, R and F1 independently, same F1). Empty predictions score 0
@@ -273,6 +275,9 @@ def compute_bertscore(
                 best[i] = fpr
         log.info("BERTScore: %d pairs in %.1fs", len(cands), time.perf_counter() - start)
     best = [b if b[0] > -math.inf else (0.0, 0.0, 0.0) for b in best]
+    if rows is not None:
+        for row, (f, p, r) in zip(rows, best, strict=True):
+            row.update({"bertscore_f1": 100.0 * f, "bertscore_precision": 100.0 * p, "bertscore_recall": 100.0 * r})
     return {
         "bertscore_f1": 100.0 * sum(b[0] for b in best) / n,
         "bertscore_precision": 100.0 * sum(b[1] for b in best) / n,

@@ -40,6 +40,7 @@ def compute_metrics(
     device: str | None = None,
     num_workers: int | None = None,
     task_metric: str = "rouge",
+    rows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """All metrics for one prediction set, as one flat dict ready for a results file.
 
@@ -51,6 +52,10 @@ def compute_metrics(
     only metadata comes back with ``scored: False``. Scores are present only when computed: the
     ``bertscore_*`` scores are absent when BERTScore is disabled, the ``fact_*`` scores unless every
     reference is a synthetic ledger summary.
+
+    ``rows``, when given (an empty list), gets one dict per scored document: its ``index`` among the
+    predictions and every score computed for it. Each mean returned is the mean of these rows
+    (``scores_<split>.jsonl`` in a run; :mod:`scaleformer.metrics.stats` computes intervals from them).
     """
     if len(predictions) != len(references):
         raise ValueError(f"{len(predictions)} predictions but {len(references)} reference lists")
@@ -79,15 +84,18 @@ def compute_metrics(
         log.warning("metrics: %d of %d documents have no reference and are left out",
                     len(preds) - len(keep), len(preds))
     kp, kr = [preds[i] for i in keep], [refs[i] for i in keep]
+    per_doc: list[dict[str, Any]] = [{"index": i} for i in keep]
     out.update(compute_rouge(kp, kr, use_stemmer=cfg.use_stemmer,
                              sentence_splitter=cfg.sentence_splitter, num_workers=num_workers,
-                             tokenizer=cfg.rouge_tokenizer))
+                             tokenizer=cfg.rouge_tokenizer, rows=per_doc))
     if task_metric != "rouge":  # question answering: SCROLLS' F1 and exact match, whichever the task reports
-        out.update(answer_scores(kp, kr))
+        out.update(answer_scores(kp, kr, rows=per_doc))
     out["task_metric"] = task_metric
     out["task_score"] = task_score(task_metric, out)
     if cfg.facts == "auto":  # ledger references only: absent, not zero, on any other data
-        out.update(compute_facts(kp, kr))
+        out.update(compute_facts(kp, kr, rows=per_doc))
     if bs.enabled:
-        out.update(compute_bertscore(kp, kr, bs, device=device))
+        out.update(compute_bertscore(kp, kr, bs, device=device, rows=per_doc))
+    if rows is not None:
+        rows.extend(per_doc)
     return out

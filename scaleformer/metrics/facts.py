@@ -144,24 +144,29 @@ def score_document(prediction: str, events: list[Event]) -> dict[str, float]:
             "fact_precision": 100.0 * exact / len(pred) if pred else 0.0}
 
 
-def compute_facts(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> dict[str, Any]:
+def compute_facts(predictions: Sequence[str], references: Sequence[Sequence[str]],
+                  rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Fact scores (mean over documents, best reference each), or {} unless every reference is a ledger.
 
-    ``references`` are the non-empty reference lists of the scored documents (as ROUGE gets them).
+    ``references`` are the non-empty reference lists of the scored documents (as ROUGE gets them);
+    ``rows`` (one dict per document) receive each document's own scores.
     """
     parsed = [[reference_events(r) for r in refs] for refs in references]
     if not parsed or any(not refs or any(ev is None for ev in refs) for refs in parsed):
         return {}
     totals = {"fact_recall": 0.0, "fact_field_recall": 0.0, "fact_precision": 0.0}
     n_events = towns = 0
-    for pred, refs, texts in zip(predictions, parsed, references):
+    for i, (pred, refs, texts) in enumerate(zip(predictions, parsed, references)):
         scores = [score_document(pred, ev) for ev in refs]
         best = max(scores, key=lambda s: (s["fact_recall"], s["fact_field_recall"]))
         for k in totals:
             totals[k] += best[k]
         n_events += len(refs[0])
         town = headline_town(pred)
-        towns += town is not None and any(town == headline_town(r) for r in texts)
+        named = town is not None and any(town == headline_town(r) for r in texts)
+        towns += named
+        if rows is not None:
+            rows[i].update({**{k: best[k] for k in totals}, "town_accuracy": 100.0 * named})
     n = len(predictions)
     return {**{k: v / n for k, v in totals.items()}, "town_accuracy": 100.0 * towns / n, "fact_events": n_events}
 

@@ -141,8 +141,12 @@ def compute_rouge(
     sentence_splitter: str = "auto",
     num_workers: int | None = None,
     tokenizer: str = "scrolls",
+    rows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """SCROLLS-style ROUGE over documents that each have at least one reference.
+
+    ``rows`` (one dict per document), when given, receive each document's own scores: the means
+    returned are exactly their means.
 
     Returns ``rouge1, rouge2, rougeL, rougeLsum`` (mean over documents of the per-document best F1
     x 100), ``rouge_geomean``, the ``sentence_splitter`` that ran, the ``rouge_tokenizer`` and, when
@@ -178,6 +182,9 @@ def compute_rouge(
     else:
         per_doc = [_rouge_doc(j) for j in tqdm(jobs, **bar)]
 
+    if rows is not None:
+        for row, d in zip(rows, per_doc, strict=True):
+            row.update(zip(ROUGE_TYPES, d))
     result: dict[str, Any] = {
         t: sum(d[k] for d in per_doc) / len(per_doc) for k, t in enumerate(ROUGE_TYPES)
     }

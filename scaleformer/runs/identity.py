@@ -15,7 +15,7 @@ bars, micro-batch sizes)::
 
     <paths.runs>/<data>-<method option>-<backbone>-<training hash>/
         config.yaml  train.log  checkpoints/  logs/  model/
-        eval/step_<N>-<evaluation hash>/  config.yaml  metrics.json  predictions_<split>.jsonl
+        eval/step_<N>-<evaluation hash>/  config.yaml  metrics.json  predictions_<split>.jsonl  scores_<split>.jsonl
 """
 
 from __future__ import annotations

@@ -327,7 +327,13 @@ def evaluate_split(rc: RunConfig, trainer: pl.Trainer, module: SummarizationModu
     device = "cuda" if torch.cuda.is_available() else "cpu"
     preds, refs = [r["prediction"] for r in rows], [r["reference"] for r in rows]
     task = rc.data.task_metric
-    metrics = compute_metrics(preds, refs, rc.metrics, device=device, task_metric=task)
+    per_doc: list[dict[str, Any]] = []
+    metrics = compute_metrics(preds, refs, rc.metrics, device=device, task_metric=task, rows=per_doc)
+    # One row per scored document (every metric, the input's length): what intervals and paired tests
+    # between runs are computed from; metrics.json's means are these rows' means.
+    atomic_write_jsonl(out_dir / f"scores_{split}.jsonl", [
+        {"id": rows[d["index"]]["id"], "input_tokens": lengths[d["index"]],
+         **{k: v for k, v in d.items() if k != "index"}} for d in per_doc])
     no_bs = dataclasses.replace(rc.metrics, bertscore=dataclasses.replace(rc.metrics.bertscore, enabled=False))
     metrics["by_length"] = by_length(lengths, rc.metrics.length_buckets, lambda idx: _headline(compute_metrics(
         [preds[i] for i in idx], [refs[i] for i in idx], no_bs, task_metric=task)))
