@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,21 @@ def locate(path_or_id: str | Path, revision: str | None = None) -> Path:
     return Path(snapshot_download(repo_id=s, revision=revision))
 
 
+def check_uploadable(folder: Path) -> None:
+    """Only regular files inside the folder go up: the Hub client follows links, so a link (to
+    ``~/.ssh/id_rsa``, say) would upload what it points to. One line naming it, before any network call."""
+    root = folder.resolve()
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if path.is_symlink():
+            raise ValueError(f"{folder}: {rel} is a link (to {os.readlink(path)}); push uploads only the export's "
+                             "own regular files: replace it with a copy or remove it")
+        if not (path.is_file() or path.is_dir()):
+            raise ValueError(f"{folder}: {rel} is not a regular file; push uploads only regular files")
+        if not path.resolve().is_relative_to(root):
+            raise ValueError(f"{folder}: {rel} resolves outside the folder; push refuses it")
+
+
 def push_to_hub(folder: str | Path, repo_id: str, *, private: bool = False, token: str | None = None,
                 commit_message: str | None = None, api: Any = None) -> str:
     """Upload an exported folder (weights, tokenizer, method record, model card) to ``repo_id``.
@@ -46,6 +62,7 @@ def push_to_hub(folder: str | Path, repo_id: str, *, private: bool = False, toke
     ``api``: an ``huggingface_hub.HfApi`` (default: a new one with ``token``); returns the repo's URL.
     """
     meta = read_meta(folder)  # refuses a folder that is not an export before anything is sent
+    check_uploadable(Path(folder))
     if api is None:
         from huggingface_hub import HfApi
 
