@@ -149,6 +149,11 @@ CASES = [
     Bad("summarize-malformed-record", summarize(*MODEL, "--input", "{tmp}/d.txt",
                                                 files={"d.txt": b"text", "model/scaleformer.json": b"{bad"}),
         r"model/scaleformer\.json: not a readable method record", SystemExit),
+    Bad("summarize-zero-beams", summarize(*MODEL, "--input", "{tmp}/d.txt", "--num-beams", "0", files={"d.txt": b"t"}),
+        r"^--num-beams=0: must be >= 1$", SystemExit),
+    Bad("summarize-negative-length", summarize(*MODEL, "--input", "{tmp}/d.txt", "--max-new-tokens", "-3",
+                                               files={"d.txt": b"t"}),
+        r"^--max-new-tokens=-3: must be >= 1$", SystemExit),
     # config: seeds, paths, targets, credentials, shell text in an override
     Bad("seed-negative", config("seed=-1"), r"^seed=-1: must be in \[0, 2\*\*32 - 1\]"),
     Bad("seed-too-large", config(f"seed={2**40}"), r"^seed=1099511627776: must be in \[0, 2\*\*32 - 1\]"),
@@ -207,6 +212,29 @@ def test_the_hostile_table_covers_each_layer() -> None:
     assert len(ids) == len(set(ids)) and len(CASES) >= 40
     kinds = {c.trigger.__qualname__.split(".")[0] for c in CASES}
     assert {"checkpoint", "corrupt_backbone", "summarize", "config", "overrides", "data", "score"} <= kinds
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--threads", "0"], r"^error: --threads=0: must be >= 1$"),
+    (["--methods", "nosuch"], r"^error: method 'nosuch': not a row this benchmark knows; rows are the options of "
+                              r"conf/method/, 'all', full_baseline, led$"),
+    (["--methods", ","], r"^error: --methods: empty; give at least one"),
+])
+def test_bench_refuses_what_it_would_drop_and_keeps_earlier_results(tmp_path, capsys, args, message):
+    """A bench setting that would be dropped or would measure nothing stops with one line and exit 2,
+    and the results file of an earlier bench stays as it was."""
+    import re
+
+    from scaleformer.bench.cli import main
+
+    out = tmp_path / "bench"
+    out.mkdir()
+    earlier = out / "cpu-tiny.json"
+    earlier.write_text('{"earlier": true}')
+    assert main(["--profile", "cpu-tiny", "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert re.search(message, err) and "\n" not in err, err
+    assert earlier.read_text() == '{"earlier": true}'
 
 
 # ---- cases that need a whole run, or must work --------------------------------------------------------
@@ -382,3 +410,75 @@ def test_artifacts_name_their_stand_ins(tmp_path: Path) -> None:
     assert "SummScreen" not in title(fig, "tiny") and "SummScreen" not in title(fig, "smoke")
     text = (ROOT / "scripts" / "input_blind.py").read_text()
     assert '"fact_field_recall": "Fact parts"' in text
+
+
+@pytest.fixture(scope="module")
+def memorizing_export(tmp_path_factory) -> Path:
+    """An exported Memorizing model (the tiny reader, untrained): a method that adds its own weights."""
+    from conftest import compose
+
+    from scaleformer.export.folder import export_model
+    from scaleformer.methods import build_method
+    from scaleformer.model.backbone import backbone_spec, build_model, load_tokenizer, model_config
+    from scaleformer.runs.context import to_config
+    from scaleformer.runs.module import SummarizationModule
+
+    rc = to_config(compose(["backbone=tiny_bart_reader", "method=memorizing", "generation.max_new_tokens=4"]))
+    tok = load_tokenizer(rc.backbone)
+    conf = model_config(rc.backbone, tok)
+    module = SummarizationModule(build_model(rc.backbone, conf), build_method(rc.method, backbone_spec(
+        rc.backbone, tok, conf)), tok, rc.optim, rc.generation)
+    return export_model(module, tmp_path_factory.mktemp("export") / "model",
+                        {"method": {"option": "memorizing"}, "backbone": {"name": "tiny_bart_reader"}, "step": 0})
+
+
+def _tampered(export: Path, tmp: Path, edit: Callable[[Path], None]) -> Path:
+    folder = tmp / "model"
+    shutil.copytree(export, folder)
+    edit(folder)
+    return folder
+
+
+def _edit_json(name: str, change: Callable[[dict], None]) -> Callable[[Path], None]:
+    def go(folder: Path) -> None:
+        data = json.loads((folder / name).read_text())
+        change(data)
+        (folder / name).write_text(json.dumps(data))
+    return go
+
+
+def _drop_gate(folder: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(folder / "model.safetensors"))
+    save_file({k: v for k, v in state.items() if not k.endswith("retrieval_gate")}, str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize(("what", "edit", "message"), [
+    ("no-generation", _edit_json("scaleformer.json", lambda d: d.pop("generation")),
+     r"scaleformer\.json: generation must be a mapping"),
+    ("method-config-list", _edit_json("scaleformer.json", lambda d: d["method"].update(config=[1, 2])),
+     r"scaleformer\.json: method\.config must be a mapping"),
+    ("positions-4096", _edit_json("config.json", lambda d: d["spec"].update(max_positions=4096)),
+     r"config\.json: spec\.max_positions=4096 is above the 1024 positions the backbone's weights have"),
+    ("gate-missing", _drop_gate, r"model\.safetensors: 1 weights missing \(e\.g\. .*retrieval_gate\)"),
+])
+def test_a_tampered_export_is_one_line_before_any_summary(memorizing_export, tmp_path, what, edit, message):
+    import re
+
+    from scaleformer.cli import summarize
+
+    folder = _tampered(memorizing_export, tmp_path, edit)
+    (tmp_path / "d.txt").write_text("The ledger of Alder.")
+    with pytest.raises(SystemExit) as e:
+        summarize.main(["--model", str(folder), "--input", str(tmp_path / "d.txt")])
+    line = str(e.value.code)
+    assert line.startswith("error: ") and "\n" not in line and re.search(message, line), line
+
+
+def test_python_m_summarizer_is_the_summarize_command():
+    """The module's documented `python -m` form runs the command (here: its usage error), not nothing."""
+    done = subprocess.run([sys.executable, "-m", "scaleformer.export.summarizer"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "usage: scaleformer summarize" in done.stderr

@@ -17,6 +17,16 @@ from scaleformer.bench.runner import problems, run_profile
 from scaleformer.errors import ConfigError
 
 
+def unknown_methods(profile: Any) -> list[str]:
+    """The profile's rows that name nothing: not a method option, a registered method or a peer row."""
+    from scaleformer.bench.profile import ALL
+    from scaleformer.bench.rows import PEERS, option_names
+    from scaleformer.methods import REGISTRY
+
+    known = {ALL, *PEERS, *option_names(profile.conf_root), *REGISTRY}
+    return [m for m in profile.methods if m not in known]
+
+
 def _csv(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
@@ -49,12 +59,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--attn", choices=("auto", "sdpa", "eager", "flash_attention_2"),
                     help="attention implementation (default: the profile's; auto = flash for BART on CUDA)")
     args = ap.parse_args(argv)
+    if args.threads is not None and args.threads < 1:  # given means used or refused, never dropped
+        print(f"error: --threads={args.threads}: must be >= 1", file=sys.stderr)
+        return 2
+    for flag in ("methods", "sizes", "backbones"):
+        if getattr(args, flag) == []:
+            print(f"error: --{flag}: empty; give at least one (comma-separated)", file=sys.stderr)
+            return 2
     changes: dict[str, Any] = {k: getattr(args, k) for k in ("methods", "sizes", "backbones", "threads", "attn")
-                               if getattr(args, k)}
+                               if getattr(args, k) is not None}
     try:
         profile = load_profile(args.profile, **changes)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    if unknown := unknown_methods(profile):  # a typo measures nothing: stop before the results file is touched
+        from scaleformer.bench.rows import PEERS
+
+        print(f"error: method {unknown[0]!r}: not a row this benchmark knows; rows are the options of "
+              f"conf/method/, 'all', {', '.join(PEERS)}", file=sys.stderr)
         return 2
     doc = run_profile(profile, args.out, resume=args.resume, log=lambda s: print(s, flush=True))
     print(f"wrote {Path(args.out) / profile.name}.{{json,md,png}} in {doc['wall_time_s']:.0f} s")

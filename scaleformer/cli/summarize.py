@@ -127,7 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _check_method(args.method)
     text = _read_text(src) if src.suffix == ".txt" else None
     ids, texts = _read_jsonl(src, args.field, args.id_field) if text is None else ([], [])
-    gen = {k: v for k, v in (("num_beams", args.num_beams), ("max_new_tokens", args.max_new_tokens)) if v}
+    for flag, v in (("--num-beams", args.num_beams), ("--max-new-tokens", args.max_new_tokens)):
+        if v is not None and v < 1:  # given means used or refused, never silently dropped
+            raise SystemExit(f"error: {flag}={v}: must be >= 1")
+    gen = {k: v for k, v in (("num_beams", args.num_beams), ("max_new_tokens", args.max_new_tokens))
+           if v is not None}
     try:
         summarizer = Summarizer.from_pretrained(args.model, method=args.method, overrides=_parse_set(args.set),
                                                 device=args.device, **gen)

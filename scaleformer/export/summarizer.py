@@ -62,9 +62,14 @@ class Summarizer:
 
         path = locate(path, revision)
         meta = read_meta(path)
+        check_record(Path(path), meta)
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         register()
-        model = AutoModelForSeq2SeqLM.from_pretrained(str(path), use_safetensors=True)  # data, never code
+        model, info = AutoModelForSeq2SeqLM.from_pretrained(str(path), use_safetensors=True,  # data, never code
+                                                            output_loading_info=True)
+        if missing := sorted(info.get("missing_keys") or []):  # e.g. a method's gate left at its initial value
+            raise ValueError(f"{path}/model.safetensors: {len(missing)} weights missing (e.g. {missing[0]}); "
+                             "the export is incomplete: export or download it again")
         mcfg = _method_config(meta, method, overrides or {})
         if not isinstance(model, ScaleformerForConditionalGeneration):
             model = _from_format1(model, Path(path), meta, mcfg, tokenizer, same=method is None)
@@ -130,6 +135,19 @@ def _method_config(meta: dict[str, Any], option: str | None, overrides: dict[str
     return {**cfg, **overrides}
 
 
+def check_record(folder: Path, meta: dict[str, Any]) -> None:
+    """The parts of ``scaleformer.json`` the Summarizer reads have their types, else one line naming them."""
+    f = folder / "scaleformer.json"
+    method = meta.get("method")
+    if not isinstance(method, dict) or not isinstance(method.get("config"), dict):
+        raise ValueError(f"{f}: method.config must be a mapping of the method's settings")
+    if not isinstance(meta.get("generation"), dict):
+        raise ValueError(f"{f}: generation must be a mapping of decoding settings (num_beams, max_new_tokens, ...)")
+    backbone = meta.get("backbone")
+    if not isinstance(backbone, dict) or not isinstance(backbone.get("max_positions"), int):
+        raise ValueError(f"{f}: backbone.max_positions must be an integer")
+
+
 def _rebuilt(model: Any, mcfg: dict[str, Any]) -> Any:
     """The loaded backbone's weights read through another method (or other parameters): the model class
     rebuilt for it, with every weight the two share (a method's own parameters only when it keeps them)."""
@@ -168,3 +186,9 @@ def _from_format1(backbone: Any, path: Path, meta: dict[str, Any], mcfg: dict[st
         if unexpected:
             raise ValueError(f"{extra}: parameters the method does not have: {', '.join(unexpected)}")
     return model
+
+
+if __name__ == "__main__":  # python -m scaleformer.export.summarizer: the summarize command itself
+    from scaleformer.cli.summarize import main
+
+    raise SystemExit(main())

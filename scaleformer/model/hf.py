@@ -60,6 +60,7 @@ class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
         from scaleformer.methods import build_method, method_config
 
         super().__init__(config)
+        check_window(config)
         if backbone is None:
             backbone = AutoModelForSeq2SeqLM.from_config(config.backbone)
         self.backbone = backbone
@@ -134,6 +135,20 @@ class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
         kwargs = gen.update(**kwargs)  # decoding keywords into the copy; the rest are model inputs
         enc = self.encode(input_ids, attention_mask, prefix_ids=prefix_ids, prefix_mask=prefix_mask, training=False)
         return decoding.generate(self.backbone, enc.hidden, enc.mask, generation_config=gen, **kwargs)
+
+
+def check_window(config: ScaleformerConfig) -> None:
+    """The method's window fits the backbone's learned positions (a tampered or mistyped config would
+    otherwise fail deep inside the embedding with an IndexError)."""
+    from scaleformer.model.backbone import learned_positions
+
+    window = config.spec.get("max_positions")
+    learned = learned_positions(config.backbone) if config.backbone is not None else None
+    if not isinstance(window, int) or window < 1:
+        raise ConfigError(f"config.json: spec.max_positions={window!r}: must be a positive integer")
+    if learned is not None and window > learned[1]:
+        raise ConfigError(f"config.json: spec.max_positions={window} is above the {learned[1]} positions the "
+                          f"backbone's weights have ({learned[0]}); the config does not belong to these weights")
 
 
 def summaries(model: ScaleformerForConditionalGeneration, tokenizer: Any, g: Any, input_ids: torch.Tensor,
