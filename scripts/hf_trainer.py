@@ -52,13 +52,14 @@ class Collator:
 
 def encode_rows(rows: list[dict[str, Any]], tokenizer: Any, input_field: str = "input",
                 target_field: str = "output", query_field: str | None = None) -> list[dict[str, list[int]]]:
-    """Token ids per row; documents are never truncated (the method reads them whole)."""
+    """Token ids per row; documents are never truncated (the method reads them whole), and text that looks
+    like a special token (``<s>`` in HTML) stays text."""
     out = []
     for r in rows:
-        ex = {"input_ids": tokenizer(r[input_field], verbose=False)["input_ids"],
-              "labels": tokenizer(r[target_field])["input_ids"]}
+        ex = {"input_ids": tokenizer(r[input_field], split_special_tokens=True, verbose=False)["input_ids"],
+              "labels": tokenizer(r[target_field], split_special_tokens=True)["input_ids"]}
         if query_field:
-            ex["prefix_ids"] = tokenizer(r[query_field], add_special_tokens=False)["input_ids"]
+            ex["prefix_ids"] = tokenizer(r[query_field], add_special_tokens=False, split_special_tokens=True)["input_ids"]
         out.append(ex)
     return out
 

@@ -482,3 +482,37 @@ def test_python_m_summarizer_is_the_summarize_command():
     done = subprocess.run([sys.executable, "-m", "scaleformer.export.summarizer"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2 and "usage: scaleformer summarize" in done.stderr
+
+
+LITERALS = "see the tag </s> here <pad> and <s> there, <unk> and <mask> too"
+
+
+@pytest.mark.parametrize("arch", ["bart", "t5"])
+def test_special_token_literals_are_text_in_inputs_queries_and_labels(arch):
+    """Training and evaluation data: `</s>`, `<pad>`, `<s>`, `<unk>`, `<mask>` in a document, a query or a
+    reference are characters, not control tokens; the only special ids are the ones around the sequence."""
+    from scaleformer.data.encode import encode
+    from scaleformer.data.examples import Example
+    from scaleformer.model.tokenizer import load_offline_tokenizer, special_token_ids
+
+    tok = load_offline_tokenizer(arch)
+    head, tail = special_token_ids(tok)
+    ex = Example(id="a", input=f"Ledger. {LITERALS}.", target=LITERALS, prefix=f"Why {LITERALS}?", references=[LITERALS])
+    arrays, _ = encode([ex], tok, max_input_tokens=None, max_target_tokens=None, suffix_special=tail, with_prefix=True)
+    special = set(tok.all_special_ids)
+    for key, text, ends in (("input_ids", ex.input, True), ("labels", ex.target, True), ("prefix_ids", ex.prefix, False)):
+        ids = arrays[key].tolist()
+        inner = ids[len(head):len(ids) - len(tail)] if ends else ids
+        assert not special & set(inner), (key, [i for i in inner if i in special])
+        assert tok.decode(inner, clean_up_tokenization_spaces=False).strip() == text
+
+
+def test_summarize_reads_special_token_literals_as_text(memorizing_export):
+    from scaleformer.export.summarizer import Summarizer
+
+    s = Summarizer.from_pretrained(memorizing_export, device="cpu")
+    ids = s.token_ids(LITERALS)
+    inner = ids[len(s.method.spec.prefix_ids):len(ids) - len(s.method.spec.suffix_ids)]
+    assert not set(s.tokenizer.all_special_ids) & set(inner)
+    assert s.tokenizer.decode(inner, clean_up_tokenization_spaces=False).strip() == LITERALS
+    assert isinstance(s(LITERALS), str)

@@ -22,7 +22,8 @@ from torch.utils.data import Dataset
 from scaleformer.config import DataConfig
 from scaleformer.io import atomic_dir
 
-CACHE_VERSION = 1
+# 2: special-token literals in text are tokenized as text (split_special_tokens)
+CACHE_VERSION = 2
 
 _OFFSETS = {"input_ids": "input_offsets", "labels": "label_offsets", "prefix_ids": "prefix_offsets"}
 

@@ -51,7 +51,11 @@ def encode(
     suffix_special: tuple[int, ...],
     with_prefix: bool,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Token arrays (``input_ids``/``labels``/``prefix_ids`` + ``*_offsets``) and their statistics."""
+    """Token arrays (``input_ids``/``labels``/``prefix_ids`` + ``*_offsets``) and their statistics.
+
+    Text is text: a literal ``<s>`` or ``</s>`` inside a document, query or reference (HTML's strike-through,
+    code, markup) is tokenized as characters (``split_special_tokens``), never as a control token.
+    """
     inputs: list[np.ndarray] = []
     labels: list[np.ndarray] = []
     prefixes: list[np.ndarray] = []
@@ -60,13 +64,15 @@ def encode(
     n_trunc = n_tgt_trunc = 0
     for start in range(0, len(examples), _BATCH):
         chunk = examples[start: start + _BATCH]
-        enc = tokenizer([e.input for e in chunk], add_special_tokens=True, verbose=False)["input_ids"]
+        enc = tokenizer([e.input for e in chunk], add_special_tokens=True, split_special_tokens=True,
+                        verbose=False)["input_ids"]
         for ids in enc:
             in_lens.append(len(ids))
             ids, cut = truncate_ids(list(ids), max_input_tokens, suffix_special)
             n_trunc += cut
             inputs.append(_ids(ids))
-        tgt = tokenizer([e.target for e in chunk], add_special_tokens=True, verbose=False)["input_ids"]
+        tgt = tokenizer([e.target for e in chunk], add_special_tokens=True, split_special_tokens=True,
+                        verbose=False)["input_ids"]
         for e, ids in zip(chunk, tgt):
             if not e.target:  # hidden reference: no labels
                 labels.append(_ids([]))
@@ -76,7 +82,8 @@ def encode(
             n_tgt_trunc += cut
             labels.append(_ids(ids))
         if with_prefix:
-            pre = tokenizer([e.prefix or "" for e in chunk], add_special_tokens=False, verbose=False)["input_ids"]
+            pre = tokenizer([e.prefix or "" for e in chunk], add_special_tokens=False, split_special_tokens=True,
+                            verbose=False)["input_ids"]
             prefixes.extend(_ids(p) for p in pre)
     stats = {
         "input_tokens_mean": round(float(np.mean(in_lens)), 1) if in_lens else 0.0,

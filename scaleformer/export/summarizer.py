@@ -110,15 +110,20 @@ class Summarizer:
                 lines.update(len(out))
         return out
 
-    def _one(self, text: str) -> str:
+    def token_ids(self, text: str) -> list[int]:
+        """The document as the run tokenized its data: special tokens around it, literals such as HTML's
+        ``<s>`` inside it kept as text, cut to the run's input cap."""
         from scaleformer.data.encode import truncate_ids
+
+        ids = self.tokenizer(text, add_special_tokens=True, split_special_tokens=True, verbose=False)["input_ids"]
+        return truncate_ids(list(ids), self.max_input_tokens, self.method.spec.suffix_ids)[0]
+
+    def _one(self, text: str) -> str:
         from scaleformer.model.hf import summaries
 
         if not text.strip():
             raise ValueError("cannot summarize an empty document")
-        ids = self.tokenizer(text, add_special_tokens=True, verbose=False)["input_ids"]
-        ids, _ = truncate_ids(list(ids), self.max_input_tokens, self.method.spec.suffix_ids)
-        input_ids = torch.tensor([ids], device=next(self.model.parameters()).device)  # [1, N]
+        input_ids = torch.tensor([self.token_ids(text)], device=next(self.model.parameters()).device)  # [1, N]
         return summaries(self.model, self.tokenizer, self.generation, input_ids, torch.ones_like(input_ids))[0].strip()
 
 

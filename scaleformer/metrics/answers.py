@@ -109,8 +109,8 @@ def answers_inside_window(rows: Sequence[Mapping[str, str]], tokenizer: Any, win
         if end < 0:
             raise ValueError(f"answer {row['output']!r} is not stated in its document: not a QA ledger")
         end += len(answer)
-        query = len(tokenizer(row["query"], add_special_tokens=False)["input_ids"])
-        enc = tokenizer(doc, add_special_tokens=True)
+        query = len(tokenizer(row["query"], add_special_tokens=False, split_special_tokens=True)["input_ids"])
+        enc = tokenizer(doc, add_special_tokens=True, split_special_tokens=True)
         last = window - query - len(suffix)  # document tokens [0, last) survive truncation
         inside.append(enc.char_to_token(end - 1) < last)
     return inside

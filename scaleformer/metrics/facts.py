@@ -192,7 +192,7 @@ def window_ceiling(documents: Sequence[str], tokenizer: Any, window: int) -> dic
         events = document_events(doc)
         if not events:
             raise ValueError(f"a document of {len(doc)} characters states no ledger event: not a ledger")
-        enc = tokenizer(doc, add_special_tokens=True)
+        enc = tokenizer(doc, add_special_tokens=True, split_special_tokens=True)
         if len(enc["input_ids"]) <= window:
             shares.append(1.0)
             continue
