@@ -516,3 +516,24 @@ def test_summarize_reads_special_token_literals_as_text(memorizing_export):
     assert not set(s.tokenizer.all_special_ids) & set(inner)
     assert s.tokenizer.decode(inner, clean_up_tokenization_spaces=False).strip() == LITERALS
     assert isinstance(s(LITERALS), str)
+
+
+@pytest.mark.parametrize("sweep", [False, True])
+def test_a_shared_config_file_cannot_make_hydra_run_code(tmp_path, sweep):
+    """An experiment file in --config-dir naming a Hydra callback (builtins.open on a marker path) is refused
+    with one line before Hydra instantiates it: the marker file is never created, nothing runs."""
+    conf = tmp_path / "my_conf" / "experiment"
+    conf.mkdir(parents=True)
+    marker = tmp_path / "marker"
+    (conf / "evil.yaml").write_text("# @package _global_\nhydra:\n  callbacks:\n    x:\n"
+                                    f"      _target_: builtins.open\n      file: {marker}\n      mode: w\n")
+    (conf / "fine.yaml").write_text("# @package _global_\nseed: 3\n")
+    choice = ["-m", "experiment=fine,evil"] if sweep else ["experiment=evil"]
+    done = subprocess.run([sys.executable, "train.py", "--config-dir", str(tmp_path / "my_conf"), *choice,
+                           "debug=default", f"paths.root={tmp_path}/results"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode != 0 and not marker.exists()
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and re.search(r"^error: hydra\.callbacks\.x\._target_='builtins\.open': not instantiated", err[0]), \
+        done.stderr
+    assert not (tmp_path / "results").exists()

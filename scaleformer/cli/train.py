@@ -12,6 +12,8 @@ heavy work. In a multirun a failed cell is recorded and the sweep goes on (exit 
 from __future__ import annotations
 
 import logging
+import os
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig, open_dict
@@ -26,11 +28,11 @@ log = logging.getLogger("scaleformer")
 
 def main() -> None:
     """The command: Hydra's, with its override and composition errors as one line (never a traceback)."""
-    import os
     import sys
 
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # composition errors come back here as exceptions
     check_overrides(sys.argv[1:])
+    check_composed_targets(sys.argv[1:])
     try:
         hydra_main()
     except Exception as e:
@@ -58,6 +60,62 @@ def check_overrides(args: list[str]) -> None:
             why = str(e).strip().splitlines()[0]
             raise SystemExit(f"error: {redact(arg)!r}: not a valid override of {key} ({why}); quote a value with "
                              f"special characters: {key}='...'") from None
+
+
+def _compositions(argv: list[str]) -> tuple[Any, list[list[str]]]:
+    """Hydra's reading of the command line, and one override list per value of every sweep (a multirun's
+    cells between them use every config file the sweep can choose)."""
+    # Hydra's own parser: the flags as @hydra.main reads them.
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    args, _ = get_args_parser().parse_known_args(argv)
+    overrides = list(args.overrides or [])
+    parser = OverridesParser.create()
+    base, sweeps = [], []
+    for arg in overrides:
+        o = parser.parse_override(arg)
+        if o.is_sweep_override():
+            values = [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()]
+            base.append(values[0])
+            sweeps.append((len(base) - 1, values[1:]))
+        else:
+            base.append(arg)
+    runs = [base] + [[*base[:i], v, *base[i + 1:]] for i, values in sweeps for v in values]
+    return args, runs
+
+
+def check_composed_targets(argv: list[str]) -> None:
+    """Every ``_target_`` of the composed config (Hydra's own section included, where a shared experiment
+    file could name a callback) is allowed, before Hydra instantiates anything; else one line naming it.
+
+    Hydra builds its callbacks and launcher before the app runs, so the check composes the config here
+    first, with the same search path (``--config-dir``) and overrides. A config that does not compose is
+    left to Hydra, which reports it.
+    """
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from scaleformer.errors import ConfigError
+    from scaleformer.runs.context import check_all_targets
+
+    try:
+        args, runs = _compositions(argv)
+    except Exception:
+        return
+    if args.help or args.hydra_help or args.shell_completion:
+        return
+    extra = [f"hydra.searchpath=[file://{os.path.abspath(args.config_dir)}]"] if args.config_dir else []
+    for overrides in runs:
+        try:
+            with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+                cfg = compose(args.config_name or "config", [*overrides, *extra], return_hydra_config=True)
+        except Exception:
+            return
+        try:
+            check_all_targets(OmegaConf.to_container(cfg, resolve=False))
+        except ConfigError as e:
+            raise SystemExit(f"error: {redact(str(e))}") from None
 
 
 def composition_error(e: BaseException) -> str:

@@ -81,6 +81,36 @@ def check_targets(group: str, nodes: dict[str, Any], allowed: list[str]) -> None
         walk(f"{group}.{name}", node)
 
 
+# Hydra's own section may also build Hydra's launchers, sweepers and plugins.
+HYDRA_TARGET_PREFIXES = ("hydra._internal.", "hydra_plugins.")
+
+
+def check_all_targets(cfg: dict[str, Any]) -> None:
+    """Every ``_target_`` anywhere in a composed config (``hydra`` section included) names an allowed
+    module: this project's, Lightning's, Hydra's own plugins, or a prefix in ``allowed_targets``."""
+    allowed = cfg.get("allowed_targets") or []
+    allowed = [p for p in allowed if isinstance(p, str) and p.strip(".")] if isinstance(allowed, list) else []
+    prefixes = (*TARGET_PREFIXES, *(p if p.endswith(".") else p + "." for p in allowed))
+
+    def walk(key: str, node: Any, hydra_section: bool) -> None:
+        if isinstance(node, dict):
+            target = node.get("_target_")
+            ok = prefixes + HYDRA_TARGET_PREFIXES if hydra_section else prefixes
+            if target is not None and not (isinstance(target, str) and "${" not in target and target.startswith(ok)):
+                raise ConfigError(
+                    f"{key}._target_={target!r}: not instantiated: a config's targets must come from "
+                    f"{', '.join(p.rstrip('.') for p in TARGET_PREFIXES)} (Hydra's section: also its plugins) or a "
+                    "module prefix listed in allowed_targets (e.g. +allowed_targets=[my_package])")
+            for k, v in node.items():
+                walk(f"{key}.{k}" if key else str(k), v, hydra_section)
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(f"{key}[{i}]", v, hydra_section)
+
+    for k, v in cfg.items():
+        walk(str(k), v, k == "hydra")
+
+
 def checkpoint_callback_dir(callbacks: dict[str, Any]) -> Path | None:
     """The folder of the checkpoint callback (a ``ModelCheckpoint`` subclass, found by its class)."""
     from hydra.utils import get_class
