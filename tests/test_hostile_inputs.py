@@ -537,3 +537,26 @@ def test_a_shared_config_file_cannot_make_hydra_run_code(tmp_path, sweep):
     assert len(err) == 1 and re.search(r"^error: hydra\.callbacks\.x\._target_='builtins\.open': not instantiated", err[0]), \
         done.stderr
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(("method", "key"), [("truncation", "backbone.max_positions"),
+                                             ("masformer", "method.max_length")])
+def test_a_query_that_crowds_out_the_document_stops_at_start_up(method, key):
+    """A query leaving the document under a quarter of the window (5,490 query tokens, 1,024 positions)
+    is one line naming both lengths, not a run that never reads its documents."""
+    from conftest import compose
+
+    from scaleformer.errors import ConfigError
+    from scaleformer.methods import build_method
+    from scaleformer.model.backbone import backbone_spec, load_tokenizer, model_config
+    from scaleformer.runs.context import to_config
+
+    extra = ["method.max_length=1024"] if method == "masformer" else []
+    rc = to_config(compose([f"method={method}", *extra]))
+    tok = load_tokenizer(rc.backbone)
+    m = build_method(rc.method, backbone_spec(rc.backbone, tok, model_config(rc.backbone, tok)))
+    m.check_prefix(0)
+    m.check_prefix(700)  # 322 of 1,024 left: more than a quarter
+    with pytest.raises(ConfigError, match=rf"^a query prefix of 5490 tokens leaves the document 0 of the "
+                                          rf"1024-token window \({re.escape(key)}\); at least 256 must remain"):
+        m.check_prefix(5490)

@@ -128,11 +128,13 @@ def split_query(text: str, mode: str, loc: str) -> tuple[str, str]:
     The rule is SCROLLS' (Shaham et al., 2022, sec. 3: "we prepend [the query] to the text, using two
     newlines as a natural separator"), split back as SLED's ``tau/sled`` data and lm-evaluation-harness'
     SCROLLS tasks do: ``blank_line`` cuts at the first blank line; ``options`` (QuALITY, whose question
-    is followed by its options "(A) ... (D) ..." after a blank line) at the first blank line after "(D)".
+    is followed by its options "(A) ... (D) ..." after a blank line) at the first blank line after the
+    options' "(D)", looked for after the question, which may itself say "(D)".
     """
     start = 0
-    if mode == "options":
-        start = text.find("(D)")
+    if mode == "options":  # the options follow the question's blank line: a "(D)" inside the question is text
+        question_end = text.find("\n\n")
+        start = text.find("(D)", max(question_end, 0))
         if start < 0:
             raise DataError(f"{loc}: no answer options \"(A) ... (D)\" before the document (data.query_split="
                             "options reads QuALITY's format)")

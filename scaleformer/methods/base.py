@@ -8,6 +8,7 @@ method under its ``name``; its ``Config`` dataclass validates the ``method`` con
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, NamedTuple
@@ -44,6 +45,23 @@ class BackboneSpec:
 class Encoded(NamedTuple):
     hidden: torch.Tensor  # [batch, T, d] what the decoder cross-attends to
     mask: torch.Tensor  # [batch, T] 1 for real positions, 0 for padding
+
+
+# The share of a window the document must keep beside a query prefix: below it the query crowds the
+# document out (a 5,490-token query in a 1,024-token window leaves nothing to read).
+MIN_DOCUMENT_SHARE = 0.25
+
+
+def check_document_share(n_prefix: int, window: int, n_special: int, key: str) -> None:
+    """Raise ConfigError when a query of ``n_prefix`` tokens leaves the document under a quarter of ``window``."""
+    from scaleformer.errors import ConfigError
+
+    room = window - n_prefix - n_special
+    need = math.ceil(MIN_DOCUMENT_SHARE * window)
+    if n_prefix and room < need:
+        raise ConfigError(f"a query prefix of {n_prefix} tokens leaves the document {max(room, 0)} of the "
+                          f"{window}-token window ({key}); at least {need} must remain: shorten the queries or "
+                          "use a chunked method (each chunk reads the query beside its own window)")
 
 
 class Method(ABC):
