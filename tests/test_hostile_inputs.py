@@ -560,3 +560,33 @@ def test_a_query_that_crowds_out_the_document_stops_at_start_up(method, key):
     with pytest.raises(ConfigError, match=rf"^a query prefix of 5490 tokens leaves the document 0 of the "
                                           rf"1024-token window \({re.escape(key)}\); at least 256 must remain"):
         m.check_prefix(5490)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["../conf/config"], r"artifact '\.\./conf/config': not an artifact of experiments/; available: .*table1"),
+    (["/abs/empty.yaml"], r"artifact '/abs/empty\.yaml': not an artifact of experiments/"),
+    (["table1", "--profile", "smoke", "--methods", "nosuch"], r"--methods nosuch: no conf/method/ option nosuch"),
+])
+def test_reproduce_takes_only_its_own_artifacts(args, message, capsys):
+    from scaleformer.cli.reproduce import main
+
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.search(message, err), err
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"methods: [sled\nsizes: 1", r"not readable YAML \("),
+    (b"- sled\n- truncation\n", r"a bench profile is a mapping of settings .*not a list"),
+])
+def test_bench_profile_file_that_is_not_a_profile_is_one_line(tmp_path, capsys, content, message):
+    from scaleformer.bench.cli import main
+
+    f = tmp_path / "p.yaml"
+    f.write_bytes(content)
+    assert main(["--profile", str(f), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and re.search(message, err), err
+    assert not (tmp_path / "out").exists()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from scaleformer.errors import ConfigError, check
 from scaleformer.resources import conf_dir, group_options
@@ -212,7 +212,13 @@ def load_profile(name_or_path: str | Path, **changes: Any) -> Profile:
         path = PROFILE_DIR / f"{name_or_path}.yaml"
     if not path.is_file():
         raise ConfigError(f"profile {str(name_or_path)!r}: no {path}; available: {', '.join(profile_names())}")
-    raw = OmegaConf.load(path)
+    try:
+        raw = OmegaConf.load(path)
+    except Exception as e:  # YAML syntax: the parser's first line names the place
+        raise ConfigError(f"{path}: not readable YAML ({str(e).strip().splitlines()[0]})") from None
+    if not isinstance(raw, DictConfig):
+        raise ConfigError(f"{path}: a bench profile is a mapping of settings (name, methods, sizes, ...), "
+                          f"not a {type(raw).__name__.removesuffix('Config').lower() or 'value'}")
     if "name" not in raw:
         raw.name = path.stem
     try:

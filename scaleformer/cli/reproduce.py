@@ -40,13 +40,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", default=None, help="default: the root")
     args = ap.parse_args(argv)
 
+    names = sorted(p.stem for p in experiments_dir().glob("*.yaml"))
+    if args.artifact not in names:  # a name, never a path joined to experiments/
+        ap.error(f"artifact {args.artifact!r}: not an artifact of experiments/; available: {', '.join(names)}")
     path = experiments_dir() / f"{args.artifact}.yaml"
-    if not path.exists():
-        names = sorted(p.stem for p in experiments_dir().glob("*.yaml"))
-        ap.error(f"artifact {args.artifact!r}: no {path}; available: {', '.join(names)}")
     spec = load_spec(path)
     if args.profile not in spec["profiles"]:
         ap.error(f"--profile {args.profile!r}: {args.artifact} has profiles {sorted(spec['profiles'])}")
+    if args.methods not in (None, "all"):
+        from scaleformer.artifacts.grid import select_methods
+
+        try:
+            select_methods(spec, args.methods)
+        except ValueError as e:
+            ap.error(str(e).replace("METHODS=", "--methods ", 1))
     # Only the paper profile's artifacts belong in results/ itself; smoke profiles stay apart.
     base = Path("results") if args.profile == "paper" else Path("results") / args.profile
     problems: list[str] = []
