@@ -183,6 +183,11 @@ CASES = [
         r"train\.jsonl:1: a number of more than 4300 digits; write long ids as strings", DataError),
     Bad("nested-100000-deep", data("train.jsonl", DEEP), r"train\.jsonl:1: malformed JSON line \(nested too deeply",
         DataError),
+    Bad("one-id-two-split-queries", data("validation.jsonl", jsonl({"id": "q", "input": "Who?\n\nDoc.", "output": "a"},
+                                                                  {"id": "q", "input": "Why?\n\nDoc.", "output": "b"}),
+                                          query_split="blank_line"),
+        r"validation\.jsonl:1 and .*validation\.jsonl:2: id 'q' has two different queries \(the text before the "
+        r"document in field 'input', data\.query_split=blank_line\)", DataError),
     Bad("csv-extra-comma", data("train.csv", b"id,input,output\na,doc, with comma,s\n"),
         r"train\.csv:2: 4 fields where the header has 3 \(an unquoted comma inside a field\?", DataError),
     Bad("csv-missing-column", data("train.csv", b"id,input,output\na,doc\n"),

@@ -176,6 +176,11 @@ def to_rows(raw: RawSplit, cfg: DataConfig) -> list[Row]:
             if seen.input != text:
                 raise _conflict(seen, row, cfg.input_field, "input_field")
             if seen.prefix != prefix:
+                if cfg.query_split:  # the query came from the input's own text, not a field
+                    raise DataError(f"{seen.loc} and {row.loc}: id {row_id!r} has two different queries (the text "
+                                    f"before the document in field {cfg.input_field!r}, data.query_split="
+                                    f"{cfg.query_split}); rows sharing an id must share the query: give the "
+                                    "documents distinct ids")
                 raise _conflict(seen, row, str(cfg.prefix_field), "prefix_field")
         rows.extend(Row(row_id, text, t, prefix, loc) for t in targets)
     return rows
