@@ -460,6 +460,14 @@ def _drop_gate(folder: Path) -> None:
               metadata={"format": "pt"})
 
 
+def _grow_tokenizer(folder: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    tok.add_tokens([f"newword{i}" for i in range(5000)])
+    tok.save_pretrained(folder)
+
+
 @pytest.mark.parametrize(("what", "edit", "message"), [
     ("no-generation", _edit_json("scaleformer.json", lambda d: d.pop("generation")),
      r"scaleformer\.json: generation must be a mapping"),
@@ -468,6 +476,7 @@ def _drop_gate(folder: Path) -> None:
     ("positions-4096", _edit_json("config.json", lambda d: d["spec"].update(max_positions=4096)),
      r"config\.json: spec\.max_positions=4096 is above the 1024 positions the backbone's weights have"),
     ("gate-missing", _drop_gate, r"model\.safetensors: 1 weights missing \(e\.g\. .*retrieval_gate\)"),
+    ("tokenizer-too-big", _grow_tokenizer, r"the tokenizer has \d+ tokens but the model's embeddings \d+ rows"),
 ])
 def test_a_tampered_export_is_one_line_before_any_summary(memorizing_export, tmp_path, what, edit, message):
     import re

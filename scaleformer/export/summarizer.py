@@ -70,6 +70,10 @@ class Summarizer:
         if missing := sorted(info.get("missing_keys") or []):  # e.g. a method's gate left at its initial value
             raise ValueError(f"{path}/model.safetensors: {len(missing)} weights missing (e.g. {missing[0]}); "
                              "the export is incomplete: export or download it again")
+        rows = model.get_input_embeddings().num_embeddings
+        if len(tokenizer) > rows:  # ids past the table would fail deep inside the embedding
+            raise ValueError(f"{path}: the tokenizer has {len(tokenizer)} tokens but the model's embeddings "
+                             f"{rows} rows: the tokenizer does not belong to these weights")
         mcfg = _method_config(meta, method, overrides or {})
         if not isinstance(model, ScaleformerForConditionalGeneration):
             model = _from_format1(model, Path(path), meta, mcfg, tokenizer, same=method is None)
