@@ -491,11 +491,15 @@ def test_a_tampered_export_is_one_line_before_any_summary(memorizing_export, tmp
     assert line.startswith("error: ") and "\n" not in line and re.search(message, line), line
 
 
-def test_python_m_summarizer_is_the_summarize_command():
-    """The module's documented `python -m` form runs the command (here: its usage error), not nothing."""
+def test_python_m_summarizer_points_to_the_command():
+    """`python -m` of the library module says where the command is (exit 1), instead of exiting 0 doing
+    nothing; the command's own module runs it."""
     done = subprocess.run([sys.executable, "-m", "scaleformer.export.summarizer"], capture_output=True, text=True,
                           timeout=120)
-    assert done.returncode == 2 and "usage: scaleformer summarize" in done.stderr
+    assert done.returncode == 1 and "the command is `scaleformer summarize`" in done.stderr
+    cmd = subprocess.run([sys.executable, "-m", "scaleformer.cli.summarize"], capture_output=True, text=True,
+                         timeout=120)
+    assert cmd.returncode == 2 and "usage: scaleformer summarize" in cmd.stderr
 
 
 LITERALS = "see the tag </s> here <pad> and <s> there, <unk> and <mask> too"

@@ -166,3 +166,7 @@ def warn_if_empty(summaries: list[str], names: list[str], steps: int | None, max
     print(f"warning: the model wrote no text for {len(empty)} of {len(summaries)} document(s) ({which}): it was "
           f"trained for {trained} (train longer, e.g. trainer.max_steps=800, the default run's length) and may "
           f"write {max_new_tokens} new tokens at most (--max-new-tokens)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

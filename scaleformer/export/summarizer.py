@@ -197,7 +197,6 @@ def _from_format1(backbone: Any, path: Path, meta: dict[str, Any], mcfg: dict[st
     return model
 
 
-if __name__ == "__main__":  # python -m scaleformer.export.summarizer: the summarize command itself
-    from scaleformer.cli.summarize import main
-
-    raise SystemExit(main())
+if __name__ == "__main__":  # a library module: say where the command is rather than exit 0 doing nothing
+    raise SystemExit("scaleformer.export.summarizer is the Summarizer class; the command is `scaleformer summarize` "
+                     "(or python -m scaleformer.cli.summarize)")
