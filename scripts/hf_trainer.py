@@ -81,6 +81,14 @@ def build_trainer(model: Any, tokenizer: Any, train: list[dict], validation: lis
                           data_collator=Collator(tokenizer.pad_token_id), processing_class=tokenizer)
 
 
+def _value(text: str) -> Any:
+    """A --set value: JSON where it parses (100, 0.5, true, [1, 2]), else the text itself (random, first)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def _read(path: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -115,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = AutoTokenizer.from_pretrained(path)
     params = dict(kv.split("=", 1) for kv in a.set)
     model = scaleformer.wrap(backbone, a.method, tokenizer=tokenizer, max_positions=a.max_positions,
-                             **{k: json.loads(v) if v[:1] in "0123456789-[{tf" else v for k, v in params.items()})
+                             **{k: _value(v) for k, v in params.items()})
     if a.train:
         train, val = _read(a.train), _read(a.validation) if a.validation else []
     else:

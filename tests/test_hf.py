@@ -223,3 +223,21 @@ def test_the_recorded_commit_is_the_packages_own_wherever_the_command_runs(tmp_p
     assert got == "unknown" if ours is None else got.removesuffix("-dirty") == ours
     monkeypatch.setattr(resources, "package_dir", lambda: other / "lib" / "scaleformer")
     assert resources.package_commit() == "unknown"
+
+
+def test_checkpoints_from_before_the_model_class_still_load(tmp_path):
+    """A Lightning checkpoint whose weights sit under ``model.`` (the backbone before the model class held
+    it) loads into today's module, where they sit under ``model.backbone.``; today's pass through."""
+    from scaleformer.runs.checkpoints import load, upgrade_state
+
+    module = _module("tiny_bart_reader", "sled")
+    state = module.state_dict()
+    assert all(k.startswith("model.backbone.") for k in state)
+    old = {"model." + k[len("model.backbone."):]: v for k, v in state.items()}
+    assert upgrade_state(state) is state
+    path = tmp_path / "old.ckpt"
+    torch.save({"state_dict": old, "global_step": 3}, path)
+    loaded = load(path)["state_dict"]
+    assert loaded.keys() == state.keys() and all(torch.equal(loaded[k], state[k]) for k in state)
+    fresh = _module("tiny_bart_reader", "sled")
+    fresh.load_state_dict(loaded)

@@ -79,3 +79,10 @@ def test_the_example_script_trains_offline_and_saves_an_auto_loadable_model(tmp_
     assert "eval_loss" in capsys.readouterr().out
     model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf-run")
     assert isinstance(model, ScaleformerForConditionalGeneration) and model.method.cfg.middle_tokens == 50
+
+
+def test_set_values_parse_as_json_or_stay_text():
+    import hf_trainer
+
+    assert [hf_trainer._value(v) for v in ("100", "0.5", "true", "[1, 2]", "first", "random")] == \
+        [100, 0.5, True, [1, 2], "first", "random"]
