@@ -118,13 +118,6 @@ def test_options_split_keeps_qualitys_options_with_the_question():
     assert query.startswith("Why did she leave?") and query.endswith("(D) duty") and doc == "The story begins."
 
 
-def test_options_split_reads_past_a_question_that_itself_says_d():
-    """A question quoting "(D)" must not end the query there: the options after it stay in the query."""
-    text = "Which of (A)-(D) fits best?\n\n (A) fear\n (B) money\n (C) love\n (D) duty\n\nThe story begins."
-    query, doc = split_query(text, "options", "f:1")
-    assert query.endswith("(D) duty") and doc == "The story begins."
-
-
 @pytest.mark.parametrize(("text", "mode", "message"), [
     ("no separator here", "blank_line", r"f:3: no blank line between the query and the document"),
     ("Q?\n\n(A) x (B) y\n\ndoc", "options", r"f:3: no answer options"),

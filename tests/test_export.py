@@ -180,31 +180,3 @@ def test_a_hub_id_offline_is_one_line_and_a_cached_copy_loads(trained, tmp_path,
     (tmp_path / "hub" / "models--me--cached" / "refs" / "main").write_text("abc")
     summarize = Summarizer.from_pretrained("me/cached", device="cpu", num_beams=1)
     assert summarize.folder == snap and isinstance(summarize("The ledger of Ash Crossing."), str)
-
-
-def test_push_refuses_links_before_any_call(trained, tmp_path, monkeypatch):
-    """A link in the export (to a secret outside it) stops the push with one line; the Hub is never asked."""
-    import shutil
-
-    from scaleformer.cli import push
-
-    _, run_dir, _ = trained
-    secret = tmp_path / "id_rsa"
-    secret.write_text("PRIVATE KEY")
-    folder = tmp_path / "model"
-    shutil.copytree(run_dir / "model", folder)
-    (folder / "notes.txt").symlink_to(secret)
-    api = FakeHub()
-    with pytest.raises(ValueError, match=r"notes\.txt is a link \(to .*id_rsa\); push uploads only"):
-        push_to_hub(folder, "me/x", api=api)
-    assert api.calls == []
-    monkeypatch.setattr("huggingface_hub.HfApi", lambda token=None: api)
-    with pytest.raises(SystemExit) as e:
-        push.main(["--model", str(folder), "--repo", "me/x"])
-    line = str(e.value.code)
-    assert line.startswith("error: ") and "notes.txt is a link" in line and "\n" not in line and api.calls == []
-    (folder / "notes.txt").unlink()
-    (folder / "sub").mkdir()
-    (folder / "sub" / "weights.bin").symlink_to(folder / "model.safetensors")  # even a link inside the folder
-    with pytest.raises(ValueError, match=r"sub/weights\.bin is a link"):
-        push_to_hub(folder, "me/x", api=api)

@@ -155,11 +155,14 @@ class SummarizationDataModule(pl.LightningDataModule):
         wanted = STAGE_ROLES.get(stage, ROLES) if stage else ROLES
         self._ensure([r for r in wanted if r in self.roles()])
 
+    def prefix_lengths(self, split: str) -> np.ndarray:
+        """Tokens of each example's query prefix in a loaded split (empty without prefixes)."""
+        offsets = self.datasets[split].arrays.get("prefix_offsets")
+        return np.diff(offsets) if offsets is not None else np.zeros(0, dtype=np.int64)
+
     def longest_prefix(self) -> int:
         """Tokens of the longest query prefix in the loaded splits (0 without prefixes): for start-up checks."""
-        lengths = [np.diff(ds.arrays["prefix_offsets"]) for ds in self.datasets.values()
-                   if "prefix_offsets" in ds.arrays and len(ds.arrays["prefix_offsets"]) > 1]
-        return max((int(x.max()) for x in lengths), default=0)
+        return max((int(self.prefix_lengths(s).max(initial=0)) for s in self.datasets), default=0)
 
     def has_split(self, split: str) -> bool:
         """Whether `split` is configured and (once set up) has at least one example."""

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, NamedTuple
 
+import numpy as np
 import torch
 from omegaconf import MISSING
 
@@ -52,16 +53,25 @@ class Encoded(NamedTuple):
 MIN_DOCUMENT_SHARE = 0.25
 
 
-def check_document_share(n_prefix: int, window: int, n_special: int, key: str) -> None:
-    """Raise ConfigError when a query of ``n_prefix`` tokens leaves the document under a quarter of ``window``."""
+def document_need(window: int) -> int:
+    """Tokens of ``window`` the document must keep beside a query (MIN_DOCUMENT_SHARE of it)."""
+    return math.ceil(MIN_DOCUMENT_SHARE * window)
+
+
+def check_document_share(n_prefix: int, window: int, n_special: int, key: str, where: str = "") -> None:
+    """Raise ConfigError when a query of ``n_prefix`` tokens leaves the document under a quarter of ``window``.
+
+    ``where`` (e.g. "3 of 128 validation examples") says how much of the data the longest query stands for.
+    """
     from scaleformer.errors import ConfigError
 
     room = window - n_prefix - n_special
-    need = math.ceil(MIN_DOCUMENT_SHARE * window)
+    need = document_need(window)
     if n_prefix and room < need:
         raise ConfigError(f"a query prefix of {n_prefix} tokens leaves the document {max(room, 0)} of the "
-                          f"{window}-token window ({key}); at least {need} must remain: shorten the queries or "
-                          "use a chunked method (each chunk reads the query beside its own window)")
+                          f"{window}-token window ({key}){f' in {where}' if where else ''}; at least {need} must "
+                          "remain: shorten the queries or use a chunked method (each chunk reads the query beside "
+                          "its own window)")
 
 
 class Method(ABC):
@@ -102,8 +112,30 @@ class Method(ABC):
     ) -> Encoded:
         """Encode the long inputs into what the decoder attends to."""
 
-    def check_prefix(self, n_tokens: int) -> None:  # noqa: B027 (optional hook)
-        """Raise ConfigError if a query prefix of `n_tokens` cannot be encoded (checked at start-up)."""
+    def query_window(self) -> tuple[int, str] | None:
+        """The window a query prefix shares with the document, and the setting that sets it.
+
+        None when the document keeps its window whatever the query: chunked methods put the query on top
+        of every chunk (SLED), so a query can only fail to fit (:meth:`check_prefix`), never crowd out.
+        """
+        return None
+
+    def crowded(self, prefix_lengths: Any) -> int:
+        """How many of these query prefixes (token counts) leave the document under MIN_DOCUMENT_SHARE."""
+        shared = self.query_window()
+        if shared is None:
+            return 0
+        window = shared[0]
+        room = window - np.asarray(prefix_lengths, dtype=np.int64) - len(self.spec.prefix_ids) - len(self.spec.suffix_ids)
+        return int(((np.asarray(prefix_lengths) > 0) & (room < document_need(window))).sum())
+
+    def check_prefix(self, n_tokens: int, where: str = "") -> None:
+        """Raise ConfigError if a query prefix of `n_tokens` cannot be encoded or crowds the document out
+        (checked at start-up on the longest query; ``where`` says which examples it stands for)."""
+        shared = self.query_window()
+        if shared is not None:
+            check_document_share(n_tokens, shared[0], len(self.spec.prefix_ids) + len(self.spec.suffix_ids),
+                                 shared[1], where)
 
     def decoder_length(self, n_tokens: int) -> int:
         """Length of the decoder's encoder-side input for one document of n_tokens (for benchmarks)."""

@@ -92,7 +92,7 @@ class ChunkedMethod(Method):
                   f"({c.chunk_size - n_spec}) with method.chunk_special_tokens=true")
 
     # ------------------------------------------------------------------------------ planning (CPU)
-    def check_prefix(self, n_tokens: int) -> None:
+    def check_prefix(self, n_tokens: int, where: str = "") -> None:
         if n_tokens:  # the layout of a one-token document with that prefix raises what the first batch would
             self.layout(torch.tensor([1]), torch.tensor([n_tokens]))
 

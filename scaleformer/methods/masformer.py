@@ -27,7 +27,7 @@ import torch
 from omegaconf import MISSING
 
 from scaleformer.errors import ConfigError, check
-from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig, check_document_share
+from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig
 from scaleformer.methods.truncation import prepend_prefix
 from scaleformer.ops.spans import (
     Span,
@@ -109,9 +109,8 @@ class SpanMethod(Method):
             self._eval_cost += sum(sum(s.pairs(int(n)) for s in spans) for n in lengths)
         return Encoded(hidden, mask)
 
-    def check_prefix(self, n_tokens: int) -> None:
-        check_document_share(n_tokens, self.cfg.max_length, len(self.spec.prefix_ids) + len(self.spec.suffix_ids),
-                             "method.max_length")
+    def query_window(self) -> tuple[int, str]:
+        return self.cfg.max_length, "method.max_length"
 
     def truncate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keep the first max_length tokens, re-closing cut documents with the suffix specials (</s>)."""

@@ -127,8 +127,8 @@ class ScaleFormer(ChunkedMethod):
             return query_middle_picks(self.cfg.boundary_tokens)
         return encode_at if self.cfg.kept_only_last_layer else None
 
-    def check_prefix(self, n_tokens: int) -> None:
-        super().check_prefix(n_tokens)
+    def check_prefix(self, n_tokens: int, where: str = "") -> None:
+        super().check_prefix(n_tokens, where)
         check(self.cfg.middle_strategy != "query" or n_tokens > 0 or self.cfg.middle_tokens == 0,
               "method.middle_strategy", "query", "needs a query per document (data.prefix_field or "
               "data.query_split); this data has none")

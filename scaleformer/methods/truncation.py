@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from scaleformer.errors import check
-from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig, check_document_share
+from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig
 
 
 @dataclass
@@ -29,9 +29,8 @@ class Truncation(Method):
             check(n <= spec.max_positions, "method.max_tokens", n,
                   f"must be <= the backbone's max positions ({spec.max_positions})")
 
-    def check_prefix(self, n_tokens: int) -> None:
-        check_document_share(n_tokens, self.window, len(self.spec.prefix_ids) + len(self.spec.suffix_ids),
-                             "method.max_tokens" if self.cfg.max_tokens else "backbone.max_positions")
+    def query_window(self) -> tuple[int, str]:
+        return self.window, "method.max_tokens" if self.cfg.max_tokens else "backbone.max_positions"
 
     @property
     def window(self) -> int:

@@ -18,7 +18,7 @@ import logging
 import shutil
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,7 @@ class Parts:
     dm: Any
     conf: Any = None
     start: dict[str, Any] | None = None  # step and metadata of the checkpoint to start from
+    crowded: dict[str, int] = field(default_factory=dict)  # per split: queries that crowd the document out
 
 
 def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, Any]:
@@ -137,7 +138,8 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
         method=describe_method(ctx.cfg, parts.method),  # after evaluation: what the method measured
         backbone={"name": ctx.cfg.backbone.name, "pretrained": ctx.cfg.backbone.pretrained,
                   "arch": ctx.cfg.backbone.arch},
-        data={"name": ctx.cfg.data.name, "summary": parts.dm.summary()},
+        data={"name": ctx.cfg.data.name, "summary": {
+            s: {**v, "n_query_crowded": parts.crowded.get(s, 0)} for s, v in parts.dm.summary().items()}},
         device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         world_size=int(parts.trainer.world_size), seed=ctx.cfg.seed, train_steps=step,
         train_time_s=round(train_time, 2), wall_time_s=round(time.time() - ctx.started, 2),
@@ -184,8 +186,13 @@ def prepare(ctx: RunContext, ckpt: Path | None) -> Parts:
     dm = SummarizationDataModule(rc.data, tokenizer, seed=rc.seed)
     dm.prepare_data()
     dm.setup()
-    method.check_prefix(dm.longest_prefix())  # a query too long for the method fails before the model
-    return Parts(tokenizer, method, described, trainer, loggers, resume, dm, conf, start)
+    # A query too long for the method, or one that crowds the document out of its window, fails before the
+    # model loads; the summary records per split how many queries crowd the document out (0 in a run).
+    summary = dm.summary()
+    crowded = {s: method.crowded(dm.prefix_lengths(s)) for s in summary}
+    method.check_prefix(dm.longest_prefix(), ", ".join(
+        f"{n} of {summary[s]['n_examples']} {s} examples" for s, n in crowded.items() if n))
+    return Parts(tokenizer, method, described, trainer, loggers, resume, dm, conf, start, crowded)
 
 
 def build_module(ctx: RunContext, parts: Parts) -> SummarizationModule:
