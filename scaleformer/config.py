@@ -99,6 +99,9 @@ class DataConfig:
     synthetic_docs: dict[str, int] = field(default_factory=lambda: {"train": 64, "validation": 8, "test": 8})
     synthetic_words: int = 3000
     synthetic_split_words: dict[str, int] = field(default_factory=dict)
+    # Per split, the generator's seed instead of the product's fixed one: a held-out test split is drawn
+    # from a seed that no tuning choice has seen (e.g. {test: 20261126}).
+    synthetic_split_seeds: dict[str, int] = field(default_factory=dict)
     synthetic_events: list[int] = field(default_factory=lambda: [6, 9])
     # summary: the ledger's events as the reference; qa: a question about one event (its count).
     synthetic_task: str = "summary"
@@ -133,6 +136,10 @@ class DataConfig:
             check(split in ("train", "validation", "test"), "data.synthetic_split_words", split,
                   "keys must be train, validation or test")
             _positive(f"data.synthetic_split_words.{split}", n)
+        for split, n in self.synthetic_split_seeds.items():
+            check(split in ("train", "validation", "test"), "data.synthetic_split_seeds", split,
+                  "keys must be train, validation or test")
+            check(isinstance(n, int) and n >= 0, f"data.synthetic_split_seeds.{split}", n, "must be an integer >= 0")
         check(self.query_split in (None, "blank_line", "options"), "data.query_split", self.query_split,
               "must be null, blank_line or options")
         check(self.query_split is None or self.prefix_field is None, "data.query_split", self.query_split,

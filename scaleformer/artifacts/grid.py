@@ -30,6 +30,7 @@ class Cell:
     method: str
     overrides: list[str]
     value: Any = None  # sweep value (figures)
+    seed: int | None = None  # one of the spec's seeds (None: the config's)
     available: bool = True
     run_id: str | None = None
     result_dir: Path | None = None  # where the run writes this cell's metrics.json
@@ -73,6 +74,17 @@ def profile_metrics(spec: dict[str, Any], profile: str) -> list[str]:
     """The spec's metrics plus the profile's ``extra_metrics`` (e.g. fact recall on synthetic data)."""
     base = spec["metrics"] if "metrics" in spec else [spec["metric"]]  # tables list several; figures one
     return [*base, *check_profile(spec, profile).get("extra_metrics", [])]
+
+
+def seeds(spec: dict[str, Any], profile: str) -> list[int | None]:
+    """The seeds each cell runs with: the profile's ``seeds``, else the spec's, else the config's one."""
+    listed = check_profile(spec, profile).get("seeds", spec.get("seeds"))
+    return list(listed) if listed else [None]
+
+
+def baseline(spec: dict[str, Any]) -> str | None:
+    """The row every other method is tested against (the spec's ``baseline``), if it names one."""
+    return spec.get("baseline")
 
 
 def column_label(spec: dict[str, Any], profile: str, key: str) -> str:
@@ -131,16 +143,18 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
         raise ValueError(f"profiles.{profile}.share_training={shared!r}: not one of the columns {spec['datasets']}")
     for ds in spec["datasets"]:
         data = [f"data={prof['data'][ds]}", *prof.get("data_overrides", {}).get(ds, [])]
-        for m in select_methods(spec, methods):
-            # A method's own settings go before its group choice, which stays last (multiruns sweep it);
-            # Hydra applies value overrides after the group choices whatever their order.
-            own = prof.get("method_overrides", {}).get(m, [])
-            cells.append(Cell(ds, m, [*base, *data, *own, f"method={m}"], available=method_available(m)))
+        for seed in seeds(spec, profile):
+            for m in select_methods(spec, methods):
+                # A method's own settings go before its group choice, which stays last (multiruns sweep it);
+                # Hydra applies value overrides after the group choices whatever their order.
+                own = [*prof.get("method_overrides", {}).get(m, []), *([f"seed={seed}"] if seed is not None else [])]
+                cells.append(Cell(ds, m, [*base, *data, *own, f"method={m}"], available=method_available(m),
+                                  seed=seed))
     if shared is not None:
-        source = {c.method: c for c in cells if c.key == shared}
+        source = {(c.method, c.seed): c for c in cells if c.key == shared}
         for c in cells:
             if c.key != shared:
-                c.train_from = source[c.method]
+                c.train_from = source[(c.method, c.seed)]
     return cells
 
 

@@ -134,6 +134,7 @@ class SyntheticSource(LocalSource):
             docs = {r: int(self.cfg.synthetic_docs.get(r, 0)) for r in ROLES}
             self._paths = synthetic.generate(Path(self.cfg.cache_dir), docs, self.cfg.synthetic_words,
                                              split_words=dict(self.cfg.synthetic_split_words),
+                                             split_seeds=dict(self.cfg.synthetic_split_seeds),
                                              n_events=tuple(self.cfg.synthetic_events),
                                              task=self.cfg.synthetic_task)
             log.debug("synthetic data ready in %.2fs", time.perf_counter() - t0)

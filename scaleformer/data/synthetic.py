@@ -209,12 +209,13 @@ def generate(
     split_words: dict[str, int] | None = None,
     n_events: tuple[int, int] = DEFAULT_EVENTS,
     task: str = "summary",
+    split_seeds: dict[str, int] | None = None,
 ) -> dict[str, Path]:
     """Write `<split>.jsonl` for each split under a folder keyed by the settings; reuse it if present.
 
     `split_words` gives some splits another length than `n_words` (e.g. short training ledgers and
     long evaluation ones). Returns split -> path. Written atomically, so a killed run never leaves a
-    half-written split.
+    half-written split. `split_seeds` draws some splits from their own seed (a held-out test split).
     """
     split_words = {k: v for k, v in (split_words or {}).items() if v != n_words}
     settings: dict[str, Any] = {"v": GENERATOR_VERSION, "docs": dict(sorted(docs.items())), "words": n_words,
@@ -222,6 +223,9 @@ def generate(
     # New settings join the key only when set, so existing folders keep their names.
     if split_words:
         settings["split_words"] = dict(sorted(split_words.items()))
+    split_seeds = {k: v for k, v in (split_seeds or {}).items() if v != seed}
+    if split_seeds:
+        settings["split_seeds"] = dict(sorted(split_seeds.items()))
     if tuple(n_events) != DEFAULT_EVENTS:
         settings["events"] = list(n_events)
     if task != "summary":
@@ -235,7 +239,8 @@ def generate(
     for split, n in docs.items():
         path = folder / f"{split}.jsonl"
         if not path.exists():
-            atomic_write_jsonl(path, make_rows(split, n, split_words.get(split, n_words), seed, tuple(n_events)))
+            atomic_write_jsonl(path, make_rows(split, n, split_words.get(split, n_words), split_seeds.get(split, seed),
+                                               tuple(n_events)))
         paths[split] = path
     if not (folder / "settings.json").exists():
         atomic_write_text(folder / "settings.json", json.dumps(settings, indent=2) + "\n")
