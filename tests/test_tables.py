@@ -224,6 +224,8 @@ def test_smoke_profile_runs_the_grid_and_renders_it(tmp_path):
     rows = list(__import__("csv").DictReader(paths["csv"].open()))
     ours = [r for r in rows if r["method"] == "truncation" and r["status"] == "ok"]
     assert len(ours) == 2 * 3 * len(grid.profile_metrics(spec, "smoke"))
+    assert all(r["ci_low"] != "" and r["n_docs"] == "1" for r in ours if r["ours"] != ""), "scores files give intervals"
+    assert " ±0.0 (" in md and "`±`: half-width of the 95% bootstrap interval over documents" in md
     facts = [r for r in ours if r["metric"] == "fact_recall"]
     assert facts and all(r["ours"] != "" for r in facts), "fact recall is scored on the synthetic columns"
     ceil = {(r["split"], r["dataset"]): float(r["ours"]) for r in rows if r["method"] == tables.CEILING}
@@ -278,3 +280,95 @@ def test_progress_lines_name_each_task_s_own_scores():
     qa = {"splits": {"validation": {"rouge1": 58.5, "exact_match": 12.5, "f1": 70.04}, "test": {"rouge1": 1.0}}}
     assert gridrun._headline(summary) == "validation R-1 41.2, facts 30.0"
     assert gridrun._headline(qa) == "validation EM 12.5, F1 70.0; test R-1 1.0"
+
+
+# ---- intervals and significance -------------------------------------------------------------------------
+
+
+def _write_scored(cell, per_doc: list[float], commit: str = "deadbeef") -> None:
+    """A cell's metrics.json and scores_validation.jsonl: rouge1 per document, the other metrics beside it."""
+    d = cell.result_dir
+    d.mkdir(parents=True, exist_ok=True)
+    rows = [{"id": f"doc-{i:03d}", "rouge1": v, "rouge2": v / 2, "rougeL": v / 3} for i, v in enumerate(per_doc)]
+    mean = sum(per_doc) / len(per_doc)
+    split = {"rouge1": mean, "rouge2": mean / 2, "rougeL": mean / 3, "n_examples": len(per_doc)}
+    (d / "metrics.json").write_text(json.dumps({"run_id": cell.run_id, "config_hash": "abc", "commit": commit,
+                                                "splits": {"validation": split, "test": {"scored": False}}}))
+    (d / "scores_validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_cells_show_intervals_and_marks_against_the_baseline(tmp_path):
+    """SLED +6 points on every one of 40 documents is marked against truncation; ScaleFormer, equal to it up to
+    noise, is not; each interval is the documents' bootstrap interval; p_holm >= p."""
+    import csv
+    import random
+
+    from scaleformer.metrics.stats import mean_ci
+
+    spec = SPECS["table2"]
+    assert spec["baseline"] == "truncation" and spec["seeds"] == [42] and spec["tuning_split"] == "validation"
+    cells = [c for c in grid.expand_grid(spec, "smoke") if c.available and c.key == "summscreen"]
+    grid.resolve_run_ids(cells, tmp_path)
+    rng = random.Random(0)
+    base = [rng.uniform(20, 60) for _ in range(40)]
+    shift = {"truncation": 0.0, "sled": 6.0, "scaleformer": 0.0, "scaleformer_middle": None}
+    for c in cells:
+        if shift[c.method] is None:
+            _write_scored(c, [rng.uniform(20, 60) for _ in base])  # unrelated scores: no mark expected either way
+        else:
+            _write_scored(c, [v + shift[c.method] + (rng.gauss(0, 1) if c.method == "scaleformer" else 0) for v in base])
+    paths = tables.build_table(spec, "smoke", tmp_path, tmp_path, methods="truncation,sled,scaleformer,scaleformer_middle")
+    rows = {(r["split"], r["method"], r["dataset"], r["metric"]): r for r in csv.DictReader(paths["csv"].open())}
+    sled = rows[("dev", "sled", "summscreen", "rouge1")]
+    assert sled["significant"] == "True" and float(sled["diff_vs_baseline"]) == pytest.approx(6.0)
+    assert float(sled["diff_ci_low"]) == pytest.approx(6.0) and float(sled["p_holm"]) >= float(sled["p_value"])
+    same = rows[("dev", "scaleformer", "summscreen", "rouge1")]
+    assert same["significant"] == "False" and float(same["p_holm"]) > 0.05
+    trunc = rows[("dev", "truncation", "summscreen", "rouge1")]
+    assert trunc["p_value"] == "" and trunc["baseline"] == "truncation", "the baseline is not tested against itself"
+    ci = mean_ci(base)
+    assert float(trunc["ci_low"]) == pytest.approx(ci.low) and float(trunc["ci_high"]) == pytest.approx(ci.high)
+    assert trunc["n_docs"] == "40" and trunc["n_seeds"] == "1" and trunc["seeds"] == "42"
+    md = paths["md"].read_text()
+    assert f"{float(sled['ours']):.1f} ±{(float(sled['ci_high']) - float(sled['ci_low'])) / 2:.1f}*" in md
+    assert f"{float(trunc['ours']):.1f} ±{ci.half_width:.1f} (" in md and "Holm-corrected within the table" in md
+    assert "choices were made on validation only" in md
+    assert r"$\pm$" in paths["tex"].read_text() and "$^*$" in paths["tex"].read_text()
+
+
+def test_several_seeds_average_per_cell_and_resample_documents(tmp_path):
+    import csv
+
+    from scaleformer.metrics.stats import seeds_ci
+
+    spec = {**SPECS["table2"], "seeds": [1, 2]}
+    cells = [c for c in grid.expand_grid(spec, "smoke", methods="truncation") if c.key == "summscreen"]
+    assert [c.seed for c in cells] == [1, 2] and all(f"seed={c.seed}" in c.overrides for c in cells)
+    assert all(c.overrides[-1] == "method=truncation" for c in cells)
+    grid.resolve_run_ids(cells, tmp_path)
+    assert cells[0].run_id != cells[1].run_id
+    scores = [[10.0, 20.0, 30.0, 45.0], [14.0, 22.0, 35.0, 41.0]]
+    for c, s in zip(cells, scores):
+        _write_scored(c, s)
+    paths = tables.build_table(spec, "smoke", tmp_path, tmp_path, methods="truncation")
+    row = next(r for r in csv.DictReader(paths["csv"].open())
+               if (r["split"], r["dataset"], r["metric"]) == ("dev", "summscreen", "rouge1"))
+    ci = seeds_ci(scores)
+    assert float(row["ours"]) == pytest.approx(27.125) and row["n_seeds"] == "2" and row["seeds"] == "1;2"
+    assert float(row["ci_low"]) == pytest.approx(ci.low) and float(row["ci_high"]) == pytest.approx(ci.high)
+    assert "over 2 seeds x documents" in paths["md"].read_text()
+
+
+def test_runs_without_scores_files_show_the_mean_and_no_interval(tmp_path):
+    import csv
+
+    spec = SPECS["table2"]
+    cells = [c for c in grid.expand_grid(spec, "smoke", methods="truncation,sled") if c.key == "summscreen"]
+    grid.resolve_run_ids(cells, tmp_path)
+    for c in cells:
+        c.result_dir.mkdir(parents=True)
+        (c.result_dir / "metrics.json").write_text(json.dumps(_fake_result(c.run_id, 30.0)))
+    paths = tables.build_table(spec, "smoke", tmp_path, tmp_path, methods="truncation,sled")
+    row = next(r for r in csv.DictReader(paths["csv"].open()) if r["method"] == "sled" and r["split"] == "dev"
+               and r["dataset"] == "summscreen" and r["metric"] == "rouge1")
+    assert row["ours"] == "30.0" and row["ci_low"] == "" and row["p_value"] == "" and row["significant"] == ""

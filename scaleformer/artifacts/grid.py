@@ -135,8 +135,10 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
         data = [f"data={prof['data']}", *prof.get("data_overrides", [])]
         for name, sweep in spec["sweeps"].items():
             for v in prof.get("values", {}).get(name, sweep["values"]):
-                cells.append(Cell(name, spec["method"], [*base, *data, f"method={spec['method']}",
-                                                         f"{sweep['key']}={v}"], value=v))
+                for seed in seeds(spec, profile):  # the sweep's value stays the last override (multiruns sweep it)
+                    cells.append(Cell(name, spec["method"], [*base, *data, f"method={spec['method']}",
+                                                             *([f"seed={seed}"] if seed is not None else []),
+                                                             f"{sweep['key']}={v}"], value=v, seed=seed))
         return cells
     shared = prof.get("share_training")
     if shared is not None and shared not in spec["datasets"]:
@@ -147,7 +149,7 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
             for m in select_methods(spec, methods):
                 # A method's own settings go before its group choice, which stays last (multiruns sweep it);
                 # Hydra applies value overrides after the group choices whatever their order.
-                own = [*prof.get("method_overrides", {}).get(m, []), *([f"seed={seed}"] if seed is not None else [])]
+                own = [*([f"seed={seed}"] if seed is not None else []), *prof.get("method_overrides", {}).get(m, [])]
                 cells.append(Cell(ds, m, [*base, *data, *own, f"method={m}"], available=method_available(m),
                                   seed=seed))
     if shared is not None:

@@ -30,9 +30,11 @@ from scaleformer.artifacts.grid import (
     expand_grid,
     profile_metrics,
     resolve_run_ids,
+    seeds,
     title,
     truncation_ceilings,
 )
+from scaleformer.artifacts.significance import MARK, caption, cell_text
 from scaleformer.io import atomic_write_bytes, atomic_write_text
 from scaleformer.runs.results import FILE as RESULTS_FILE
 from scaleformer.runs.results import Results
@@ -40,7 +42,7 @@ from scaleformer.runs.results import Results
 
 @dataclass
 class Collected:
-    results: dict[tuple[str, str, Any], Results] = field(default_factory=dict)
+    results: dict[tuple[str, str, Any, Any], Results] = field(default_factory=dict)  # (key, method, value, seed)
     problems: list[str] = field(default_factory=list)
 
 
@@ -59,7 +61,7 @@ def collect(cells: list[Cell], label: Callable[[str], str] = str) -> Collected:
         if result is None or not isinstance(result.splits, dict):
             out.problems.append(f"corrupt: {path} ({c.method} on {label(c.key)}): skipped")
             continue
-        out.results[(c.key, c.method, c.value)] = result
+        out.results[(c.key, c.method, c.value, c.seed)] = result
     for p in out.problems:
         print(p, file=sys.stderr)
     return out
@@ -69,35 +71,56 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
+def _groups(cells: list[Cell]) -> dict[tuple[str, str], list[Cell]]:
+    """(column, method) -> its cells, one per seed, in grid order."""
+    out: dict[tuple[str, str], list[Cell]] = {}
+    for c in cells:
+        out.setdefault((c.key, c.method), []).append(c)
+    return out
+
+
 def table_rows(spec: dict[str, Any], cells: list[Cell], got: Collected, metrics: list[str] | None = None,
                ceilings: dict[tuple[str, str], float] | None = None) -> list[dict[str, Any]]:
-    """One row per (split, method, dataset, metric): ours, the paper's, the difference, provenance.
+    """One row per (split, method, dataset, metric): ours (the mean over the spec's seeds), the paper's,
+    the difference, provenance; then each row's interval and test against the baseline
+    (:mod:`scaleformer.artifacts.significance`).
 
     ``ceilings`` ((split label, column) -> the truncation ceiling of fact recall) adds rows of the
     pseudo-method ``truncation_ceiling``: computed from the data, not from a run.
     """
+    from scaleformer.artifacts.significance import annotate, read_scores
+
     metrics = metrics or spec["metrics"]
     rows = []
+    scores: dict[tuple[str, str, str], list[dict[str, dict[str, Any]]]] = {}
     for split_label, split in spec["splits"].items():
-        for c in cells:
-            result = got.results.get((c.key, c.method, None))
-            paper = (spec["paper"].get(split_label, {}).get(c.method, {}) or {}).get(c.key)
-            m = (result.splits.get(split) or {}) if result else {}
+        for (key, method), group in _groups(cells).items():
+            c = group[0]
+            results = [got.results.get((g.key, g.method, None, g.seed)) for g in group]
+            paper = (spec["paper"].get(split_label, {}).get(method, {}) or {}).get(key)
+            ms = [(r.splits.get(split) or {}) if r else {} for r in results]
             status = ("not run (method not implemented)" if not c.available
-                      else "missing" if result is None
-                      else "no references (leaderboard predictions only)" if m and m.get("scored") is False
-                      else "ok" if m else f"no {split} split")
+                      else "missing" if any(r is None for r in results)
+                      else "no references (leaderboard predictions only)" if any(m.get("scored") is False for m in ms)
+                      else "ok" if all(ms) else f"no {split} split")
+            if status == "ok":
+                per_seed = [read_scores(g.result_dir, split) for g in group]
+                if all(per_seed):
+                    scores[(split_label, method, key)] = per_seed
             for metric in metrics:
                 i = spec["metrics"].index(metric) if metric in spec["metrics"] else None
-                ours = _num(m.get(metric)) if status == "ok" else None
+                values = [_num(m.get(metric)) for m in ms] if status == "ok" else [None]
+                ours = None if None in values else sum(values) / len(values)
                 ref = _num(paper[i]) if paper and i is not None else None
                 rows.append({
-                    "split": split_label, "method": c.method, "dataset": c.key, "metric": metric,
+                    "split": split_label, "method": method, "dataset": key, "metric": metric,
                     "ours": ours, "paper": ref, "diff": None if ours is None or ref is None else ours - ref,
-                    "status": status, "run_id": c.run_id or "",
-                    "evaluation": c.result_dir.name if c.result_dir else "",
-                    "trained_in": c.train_from.run_id if c.train_from and c.train_from.run_id else c.run_id or "",
-                    "commit": result.commit if result else "",
+                    "status": status, "run_id": ";".join(g.run_id or "" for g in group),
+                    "evaluation": ";".join(g.result_dir.name if g.result_dir else "" for g in group),
+                    "trained_in": ";".join(g.train_from.run_id if g.train_from and g.train_from.run_id
+                                           else g.run_id or "" for g in group),
+                    "commit": ";".join(dict.fromkeys(r.commit for r in results if r)),
+                    "seeds": ";".join(str(g.seed) for g in group if g.seed is not None),
                 })
         for ds in spec["datasets"]:
             if ceilings and (split_label, ds) in ceilings:
@@ -105,7 +128,8 @@ def table_rows(spec: dict[str, Any], cells: list[Cell], got: Collected, metrics:
                              "metric": spec.get("ceiling_metric", "fact_recall"),
                              "ours": ceilings[(split_label, ds)], "paper": None, "diff": None,
                              "status": "computed from the data", "run_id": "", "evaluation": "",
-                             "trained_in": "", "commit": ""})
+                             "trained_in": "", "commit": "", "seeds": ""})
+    annotate(rows, scores, spec.get("baseline"))
     return rows
 
 
@@ -128,10 +152,13 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: 
     renamed = [f"{column_label(spec, profile, d)} = the paper's {d}" for d in datasets
                if column_label(spec, profile, d) != d]
     has_paper = bool(spec.get("paper"))
+    base = spec.get("baseline")
     lines = [f"# {title(spec, profile)}", "",
              ("Each cell: ours (paper, ours - paper). " if has_paper else "Each cell: ours (no paper reports "
-              "this table). ") + "`–`: no number (see status below). dev = validation "
-             "split; test = test split (scored locally only where references are public).", ""]
+              "this table). ") + caption(base, spec["method_labels"].get(base, base) if base else "", seeds(spec, profile))
+             + " `–`: no number (see status below). dev = validation "
+             "split; test = test split (scored locally only where references are public)"
+             + (f"; choices were made on {spec['tuning_split']} only" if spec.get("tuning_split") else "") + ".", ""]
     if renamed and has_paper:
         lines += [f"Profile `{profile}`: our columns are stand-ins, the paper's values are beside them: "
                   + "; ".join(renamed) + ".", ""]
@@ -147,7 +174,7 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: 
                         cells.append("")
                         continue
                     diff = "" if r["diff"] is None else f", {r['diff']:+.1f}"
-                    cells.append(_fmt(r["ours"]) + ("" if (r["paper"] is None and meth == CEILING) or not has_paper
+                    cells.append(cell_text(r) + ("" if (r["paper"] is None and meth == CEILING) or not has_paper
                                                     else f" ({_fmt(r['paper'])}{diff})"))
             label = spec.get("ceiling_label", CEILING_LABEL) if meth == CEILING else spec["method_labels"].get(meth, meth)
             lines.append(f"| {split} | {label} | " + " | ".join(cells) + " |")
@@ -186,8 +213,8 @@ def render_latex(spec: dict[str, Any], rows: list[dict[str, Any]], profile: str 
            " & Method & " + " & ".join(labels.get(m, m) for _ in datasets for m in metrics) + r" \\", r"\midrule"]
     for split in spec["splits"]:
         for meth in dict.fromkeys(r["method"] for r in rows):
-            vals = [_fmt((by.get((split, meth, d, m)) or {}).get("ours")).replace("–", "--")
-                    for d in datasets for m in metrics]
+            vals = [cell_text(by.get((split, meth, d, m)) or {}).replace("–", "--").replace("±", r"$\pm$")
+                    .replace(MARK, "$^*$") for d in datasets for m in metrics]
             label = spec.get("ceiling_label", CEILING_LABEL) if meth == CEILING else spec["method_labels"].get(meth, meth)
             out.append(f"{split} & {label} & " + " & ".join(vals) + r" \\")
         out.append(r"\midrule")
@@ -227,16 +254,26 @@ def build_figure(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
     resolve_run_ids(cells, root)
     got = collect(cells, lambda key: f"{spec['sweeps'][key]['key']}")
     extra = [m for m in profile_metrics(spec, profile) if m != spec["metric"]]
-    rows = []
+    points: dict[tuple[str, Any], list[Cell]] = {}
     for c in cells:
-        result = got.results.get((c.key, c.method, c.value))
-        m = (result.splits.get(spec["split"]) or {}) if result else {}
-        paper = (spec.get("paper", {}).get(c.key) or {}).get(c.value)
-        rows.append({"sweep": c.key, "key": spec["sweeps"][c.key]["key"], "value": c.value,
-                     "ours": _num(m.get(spec["metric"])), "paper": _num(paper),
-                     **{metric: _num(m.get(metric)) for metric in extra},
-                     "status": "ok" if _num(m.get(spec["metric"])) is not None else "missing",
-                     "run_id": c.run_id, "commit": result.commit if result else ""})
+        points.setdefault((c.key, c.value), []).append(c)
+    rows = []
+    for (key, value), group in points.items():  # one point per sweep value: the mean over the spec's seeds
+        results = [got.results.get((c.key, c.method, c.value, c.seed)) for c in group]
+        ms = [(r.splits.get(spec["split"]) or {}) if r else {} for r in results]
+
+        def mean(metric: str, ms: list[dict[str, Any]] = ms) -> float | None:
+            vals = [_num(m.get(metric)) for m in ms]
+            return None if None in vals else sum(vals) / len(vals)
+
+        paper = (spec.get("paper", {}).get(key) or {}).get(value)
+        rows.append({"sweep": key, "key": spec["sweeps"][key]["key"], "value": value,
+                     "ours": mean(spec["metric"]), "paper": _num(paper),
+                     **{metric: mean(metric) for metric in extra},
+                     "status": "ok" if mean(spec["metric"]) is not None else "missing",
+                     "run_id": ";".join(c.run_id or "" for c in group),
+                     "commit": ";".join(dict.fromkeys(r.commit for r in results if r)),
+                     "seeds": ";".join(str(c.seed) for c in group if c.seed is not None)})
     panels = [spec["metric"], *extra]  # one row of panels per metric
     labels = spec.get("metric_labels", {})
     fig, axes = plt.subplots(len(panels), len(spec["sweeps"]), squeeze=False,
