@@ -386,6 +386,27 @@ def test_score_script_on_saved_predictions(tmp_path):
     c = _direct("Birds fly south.", "Birds fly.")["rouge1"]
     assert got["rouge1"] == pytest.approx((100 + 100 + c) / 3)
     assert json.loads(proc.stdout)["rouge1"] == got["rouge1"]
+    per_doc = [json.loads(line) for line in (tmp_path / "scored" / "metrics.scores.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in per_doc] == ["a", "b", "c"], "one row per scored document (d's references are hidden)"
+    assert sum(r["rouge1"] for r in per_doc) / 3 == pytest.approx(got["rouge1"])
+    assert per_doc[2]["rouge1"] == pytest.approx(c)
+
+
+def test_score_writes_rows_that_compare_reads(tmp_path):
+    """`score --scores` on two prediction files of the same documents: compare's paired difference equals
+    the difference of the two scores' means."""
+    from scaleformer.cli import compare, score
+
+    refs = ["The cat sat on the mat.", "Dogs bark loudly.", "Birds fly south."]
+    for name, preds in (("a", ["The cat sat on the mat.", "Dogs bark.", "Birds fly."]),
+                        ("b", ["A cat.", "Dogs bark.", "Fish swim."])):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"id": i, "prediction": p, "reference": r}) + "\n"
+                                                        for i, (p, r) in enumerate(zip(preds, refs))))
+        score.main([str(tmp_path / f"{name}.jsonl"), "--no-bertscore", "--sentence-splitter", "regex",
+                    "--scores", str(tmp_path / f"{name}.scores.jsonl")])
+    got = compare.compare(tmp_path / "a.scores.jsonl", tmp_path / "b.scores.jsonl", ["rouge1"])
+    m = got["metrics"]["rouge1"]
+    assert got["n_documents"] == 3 and m["diff"] == pytest.approx(m["mean_a"] - m["mean_b"]) and m["diff"] > 0
 
 
 def test_score_script_rejects_conflicting_predictions(tmp_path):

@@ -3,6 +3,7 @@
     scaleformer score results/runs/<run>/predictions_test.jsonl --out metrics_rescored.json
     scaleformer score preds.jsonl --bertscore-model facebook/bart-large-mnli   # the paper's, or fail
     scaleformer score preds.jsonl --no-bertscore
+    scaleformer score preds.jsonl --no-bertscore --scores scores.jsonl   # one row per document, for compare
 
 Defaults are train.py's (the ``metrics`` section of conf/config.yaml): BERTScore ``auto`` uses the
 paper's bart-large-mnli when it can be loaded, else the bundled offline MiniLM, and the output says
@@ -28,7 +29,7 @@ from typing import Any
 
 from scaleformer.config import MetricsConfig
 from scaleformer.errors import ConfigError
-from scaleformer.io import atomic_write_json, iter_jsonl
+from scaleformer.io import atomic_write_json, atomic_write_jsonl, iter_jsonl
 from scaleformer.metrics import PAPER_BERTSCORE_MODEL, BertScoreModelError, compute_metrics
 from scaleformer.resources import conf_dir
 
@@ -76,7 +77,13 @@ def _kind(value: Any) -> str:
 
 
 def load_predictions(path: str | Path) -> tuple[list[str], list[list[str]]]:
-    """Predictions and reference lists, one per document id (first-seen order).
+    """Predictions and reference lists, one per document id (first-seen order)."""
+    _, predictions, references = load_documents(path)
+    return predictions, references
+
+
+def load_documents(path: str | Path) -> tuple[list[Any], list[str], list[list[str]]]:
+    """Ids, predictions and reference lists, one per document id (first-seen order).
 
     Every problem is a ValueError naming the file and line: bad UTF-8 or JSON, a line that is not
     an object, a missing or non-string ``prediction``, a missing or malformed ``reference``, an id
@@ -110,7 +117,7 @@ def load_predictions(path: str | Path) -> tuple[list[str], list[list[str]]]:
     if not docs:
         raise ValueError(f"{path}: no prediction rows (the file is empty or blank); expected one JSON object per "
                          "line with id, prediction, reference")
-    return [d["prediction"] for d in docs.values()], [d["references"] for d in docs.values()]
+    return list(docs), [d["prediction"] for d in docs.values()], [d["references"] for d in docs.values()]
 
 
 def _settings(args: argparse.Namespace, defaults: MetricsConfig) -> MetricsConfig:
@@ -146,6 +153,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="scaleformer score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("predictions", help="predictions .jsonl (id, prediction, reference)")
     ap.add_argument("--out", help="write the metrics here (atomically); default: print only")
+    ap.add_argument("--scores", help="write one row per scored document here (id and every metric: what "
+                                     "`scaleformer compare` and intervals read); default with --out: "
+                                     "<out>.scores.jsonl beside it")
     ap.add_argument("--no-bertscore", action="store_true", help="ROUGE only")
     ap.add_argument("--bertscore-model", default=None,
                     help="hub id, local folder, 'offline' (bundled MiniLM) or 'auto' (the paper's model "
@@ -175,7 +185,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sys.exit(f"error: predictions file {path}: " + ("is a folder, not a file" if path.is_dir() else
                                                         "no such file"))
     try:
-        predictions, references = load_predictions(path)
+        ids, predictions, references = load_documents(path)
     except (ValueError, OSError) as e:
         sys.exit(f"error: {e}")
     device = args.device
@@ -183,8 +193,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    per_doc: list[dict[str, Any]] = []
     try:
-        metrics = compute_metrics(predictions, references, cfg, device=device, task_metric=args.task_metric)
+        metrics = compute_metrics(predictions, references, cfg, device=device, task_metric=args.task_metric,
+                                  rows=per_doc)
     except BertScoreModelError as e:
         sys.exit(f"error: {e} (scaleformer score: --bertscore-model offline|auto|PATH, or --no-bertscore)")
     except RuntimeError as e:  # e.g. --sentence-splitter nltk without its data
@@ -196,12 +208,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "device": device,
         "versions": {d: _version(d) for d in ("rouge-score", "bert-score", "nltk")},
     }
-    if args.out:
+    scores_path = args.scores or (str(Path(args.out).with_suffix("")) + ".scores.jsonl" if args.out else None)
+    for flag, target, write in (("--out", args.out, lambda f: atomic_write_json(f, metrics)),
+                                ("--scores", scores_path, lambda f: atomic_write_jsonl(f, [
+                                    {"id": ids[d["index"]], **{k: v for k, v in d.items() if k != "index"}}
+                                    for d in per_doc]))):
+        if not target:
+            continue
         try:
-            atomic_write_json(args.out, metrics)
+            write(target)
         except OSError as e:
-            sys.exit(f"error: --out {args.out}: cannot write ({e.strerror or e})")
-        print(f"wrote {args.out}", file=sys.stderr)
+            sys.exit(f"error: {flag} {target}: cannot write ({e.strerror or e})")
+        print(f"wrote {target}", file=sys.stderr)
     print(json.dumps(metrics, indent=2))
     return metrics
 
