@@ -51,8 +51,9 @@ def test_train_and_generate_end_to_end(tmp_path, backbone, method):
 
 METHODS = sorted(p.stem for p in (ROOT / "conf" / "method").glob("*.yaml"))
 # Options that need a query per document run on the question-answering ledgers.
-NEEDS_QUERY = {"scaleformer_middle_query": ["data=ledgers_qa", "data.synthetic_words=150", "data.synthetic_docs.train=2",
-                                            "method.chunk_size=96", "method.overlap=16", "method.middle_tokens=8"]}
+_QA = ["data=ledgers_qa", "data.synthetic_words=150", "data.synthetic_docs.train=2", "method.chunk_size=96",
+       "method.overlap=16", "method.middle_tokens=8"]
+NEEDS_QUERY = {"scaleformer_middle_query": _QA, "scaleformer_middle_query_lift": _QA}
 
 
 @pytest.mark.compat

@@ -64,25 +64,33 @@ def test_scores_are_the_last_layers_attention_weights(arch):
         got = query_scores(encoder_family(encoder), layer, x, bias, mask.bool(), query)
     want = torch.stack([weights[b, :, :n].mean(0).mean(0) for b, n in ((0, 5), (1, 3))])
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    # lift: against the attention each position gets from every real token of its row (its positional prior)
+    with torch.no_grad():
+        lifted = query_scores(encoder_family(encoder), layer, x, bias, mask.bool(), query, lift=True)
+    prior = torch.stack([weights[b, :, :n].mean(0).mean(0) for b, n in ((0, 40), (1, 33))])
+    torch.testing.assert_close(lifted[:, :33], (want / prior)[:, :33], atol=1e-4, rtol=1e-3)
 
 
+@pytest.mark.parametrize("strategy", ["query", "query_lift"])
 @pytest.mark.parametrize("arch", ["bart", "t5"])
-def test_the_method_keeps_the_most_attended_interior_states(arch, monkeypatch):
+def test_the_method_keeps_the_most_attended_interior_states(arch, strategy, monkeypatch):
     model, spec = tiny(arch)
     encoder = model.get_encoder().eval()
     kw = dict(chunk_size=40, overlap=10, middle_tokens=6, encoder_batch_size=3)
     ids, mask = rows([150, 60], spec.pad_id)
     prefix = torch.tensor([[5, 6, 7, 8], [9, 10, spec.pad_id, spec.pad_id]])
     pkw = {"prefix_ids": prefix, "prefix_mask": (prefix != spec.pad_id).long()}
-    method = build_method(method_config({"name": "scaleformer", "middle_strategy": "query", **kw}), spec)
+    method = build_method(method_config({"name": "scaleformer", "middle_strategy": strategy, **kw}), spec)
     import scaleformer.ops.query_middle as qm
 
-    chosen = []
-    real = qm.choose
+    chosen, lifts = [], []
+    real, real_scores = qm.choose, qm.query_scores
     monkeypatch.setattr(qm, "choose", lambda s, p, k: chosen.append((s, p, real(s, p, k))) or chosen[-1][2])
+    monkeypatch.setattr(qm, "query_scores", lambda *a: lifts.append(a[-1]) or real_scores(*a))
     with torch.no_grad():
         enc = method.encode(encoder, ids, mask, training=False, **pkw)
     assert chosen, "the query pick ran"
+    assert set(lifts) == {strategy == "query_lift"}, "the scores the strategy names"
     for scores, before, after in chosen:
         assert torch.equal(after, reference_choose(scores, before, 1))
         assert not torch.equal(after, before), "the random middles were replaced"

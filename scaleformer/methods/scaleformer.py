@@ -38,6 +38,7 @@ from scaleformer.ops.kept_layer import encode_at
 from scaleformer.ops.query_middle import query_middle_picks
 
 _MASK32 = 0xFFFFFFFF
+QUERY_STRATEGIES = ("query", "query_lift")  # middles chosen by the query (need one per document)
 
 
 @dataclass
@@ -49,8 +50,9 @@ class ScaleFormerConfig(ChunkedConfig):
     alpha: float = 0.5
     # m: middle tokens per chunk (all interior tokens when the interior has fewer).
     middle_tokens: int = 0
-    # "random" (the paper; fresh each training step, seeded hash at evaluation), "uniform", or "query":
-    # the interior tokens the query attends to most in the last layer (scaleformer.ops.query_middle).
+    # "random" (the paper; fresh each training step, seeded hash at evaluation), "uniform", "query": the
+    # interior tokens the query attends to most in the last layer (scaleformer.ops.query_middle), or
+    # "query_lift": the same against each position's attention from the whole chunk (its positional prior).
     middle_strategy: str = "random"
     # Seed of the evaluation-time random selection (same seed + config = same tokens).
     middle_seed: int = 0
@@ -69,8 +71,9 @@ class ScaleFormerConfig(ChunkedConfig):
               f"2 * boundary_tokens must be <= method.chunk_size ({self.chunk_size})")
         check(self.middle_tokens >= 0, "method.middle_tokens", self.middle_tokens, "must be >= 0")
         check(0.0 <= self.alpha <= 1.0, "method.alpha", self.alpha, "must be in [0, 1]")
-        check(self.middle_strategy in ("random", "uniform", "query"), "method.middle_strategy", self.middle_strategy,
-              "must be 'random', 'uniform' or 'query' (the query's most-attended interior tokens)")
+        check(self.middle_strategy in ("random", "uniform", *QUERY_STRATEGIES), "method.middle_strategy",
+              self.middle_strategy, "must be 'random', 'uniform', 'query' (the query's most-attended interior "
+              "tokens) or 'query_lift' (the same against each position's prior attention)")
 
 
 class ScaleFormer(ChunkedMethod):
@@ -123,14 +126,14 @@ class ScaleFormer(ChunkedMethod):
         return torch.where(ok, lo + offset, 0), ok
 
     def pick_fn(self, training: bool) -> PickFn | None:
-        if self.cfg.middle_strategy == "query" and self.cfg.middle_tokens > 0:
-            return query_middle_picks(self.cfg.boundary_tokens)
+        if self.cfg.middle_strategy in QUERY_STRATEGIES and self.cfg.middle_tokens > 0:
+            return query_middle_picks(self.cfg.boundary_tokens, lift=self.cfg.middle_strategy == "query_lift")
         return encode_at if self.cfg.kept_only_last_layer else None
 
     def check_prefix(self, n_tokens: int, where: str = "") -> None:
         super().check_prefix(n_tokens, where)
-        check(self.cfg.middle_strategy != "query" or n_tokens > 0 or self.cfg.middle_tokens == 0,
-              "method.middle_strategy", "query", "needs a query per document (data.prefix_field or "
+        check(self.cfg.middle_strategy not in QUERY_STRATEGIES or n_tokens > 0 or self.cfg.middle_tokens == 0,
+              "method.middle_strategy", self.cfg.middle_strategy, "needs a query per document (data.prefix_field or "
               "data.query_split); this data has none")
 
     def combined_columns(self, width: int) -> torch.Tensor:

@@ -11,7 +11,12 @@ The scores come from the last layer's own projections of its inputs (BART: the l
 its pre-attention norm, plus the relative-position bias rows of the query positions), recorded by a
 forward pre-hook while the whole encoder runs; the kept states are then gathered from its output
 (the kept-positions shortcut of :mod:`scaleformer.ops.kept_layer` does not apply: the selection needs
-the full row first). Rows without a query keep the middles the method drew. The layer's inputs are
+the full row first). Rows without a query keep the middles the method drew.
+
+``middle_strategy=query_lift`` divides each score by the attention the position gets from all of the
+row's tokens: with the QA reader, plain attention picks mostly near the chunk's ends and in the stretch
+the next chunk repeats (``scripts/selector_picks.py``, docs/results.md), which position, not the question,
+explains. The layer's inputs are
 bound by name and its submodules checked as :mod:`scaleformer.ops.kept_layer` does (the seam,
 :mod:`scaleformer.ops.compat`); where a transformers release lays the layer out otherwise, the drawn
 middles are kept and a warning says so once.
@@ -33,10 +38,12 @@ _warned: list[bool] = []  # one warning per process
 
 
 def query_scores(family: str, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
-                 valid: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+                 valid: torch.Tensor, query: torch.Tensor, lift: bool = False) -> torch.Tensor:
     """Mean attention ``[mb, w]`` from the query positions (``query [mb, w]`` bool) to every position.
 
     x: the last layer's input ``[mb, w, d]``; valid: real tokens ``[mb, w]``; bias (T5): ``[1|mb, H, w, w]``.
+    ``lift``: divided by the mean attention the position gets from every real token of the row, its
+    positional prior: a token the query singles out beats one that everything attends to (chunk edges).
     """
     if family == "bart":
         attn = layer.self_attn
@@ -57,7 +64,12 @@ def query_scores(family: str, layer: nn.Module, x: torch.Tensor, bias: torch.Ten
     probs = logits.softmax(-1)  # [mb, H, w, w]
     weight = (query & valid).float()  # [mb, w] the query rows that count
     per_row = (probs.mean(1) * weight[:, :, None]).sum(1)  # [mb, w]
-    return per_row / weight.sum(1, keepdim=True).clamp(min=1)
+    scores = per_row / weight.sum(1, keepdim=True).clamp(min=1)
+    if lift:
+        rows = valid.float()  # [mb, w] every real token as a query row
+        prior = (probs.mean(1) * rows[:, :, None]).sum(1) / rows.sum(1, keepdim=True).clamp(min=1)  # [mb, w]
+        scores = scores / prior.clamp(min=torch.finfo(prior.dtype).tiny)
+    return scores
 
 
 def choose(scores: torch.Tensor, pos: torch.Tensor, k: int) -> torch.Tensor:
@@ -80,9 +92,10 @@ def choose(scores: torch.Tensor, pos: torch.Tensor, k: int) -> torch.Tensor:
     return torch.cat([pos[:, :k], torch.where(j < take, ordered, mid), pos[:, k + m:]], 1)
 
 
-def query_middle_picks(k: int):
+def query_middle_picks(k: int, lift: bool = False):
     """A pick function (see :func:`scaleformer.ops.chunking.encode_chunks`) that moves each chunk row's
-    middle slots to the query's most-attended interior tokens; ``k`` boundary tokens per side."""
+    middle slots to the query's most-attended interior tokens; ``k`` boundary tokens per side; ``lift``:
+    scored against each position's attention from the whole row (:func:`query_scores`)."""
 
     def pick(encoder: nn.Module, ids: torch.Tensor, mask: torch.Tensor, picks: Sequence[Pick]
              ) -> list[torch.Tensor]:
@@ -115,7 +128,7 @@ def query_middle_picks(k: int):
                 br = bias if bias is None or bias.shape[0] == 1 or rows is None else bias.index_select(0, rows)
                 query = torch.arange(x.shape[1], device=pos.device)[None, :] < pos[:, :1]  # before the segment
                 with torch.no_grad():  # a choice, not a function to differentiate
-                    scores = query_scores(family, layer, xr, br, vr, query)
+                    scores = query_scores(family, layer, xr, br, vr, query, lift)
                 has_query = query.any(1, keepdim=True)
                 pos = torch.where(has_query, choose(scores, pos, k), pos)
             outs.append(gather(h, rows, pos))
