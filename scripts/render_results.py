@@ -105,15 +105,26 @@ def _table(artifact: str) -> tuple[dict[str, Any], list[dict[str, str]]]:
     return load_spec(experiments_dir() / f"{artifact}.yaml"), rows
 
 
-def _value(rows: list[dict[str, str]], split: str, method: str, dataset: str, metric: str) -> float | None:
+def _row(rows: list[dict[str, str]], split: str, method: str, dataset: str, metric: str) -> dict[str, Any] | None:
+    """A table CSV row with its numbers as numbers (``significant`` as a bool), or None."""
     for r in rows:
         if (r["split"], r["method"], r["dataset"], r["metric"]) == (split, method, dataset, metric) and r["ours"]:
-            return float(r["ours"])
+            out: dict[str, Any] = dict(r)
+            for k in ("ours", "ci_low", "ci_high", "diff_vs_baseline", "diff_ci_low", "diff_ci_high", "p_value",
+                      "p_holm"):
+                out[k] = float(r[k]) if r.get(k) else None
+            out["significant"] = r.get("significant") == "True"
+            return out
     return None
 
 
+def _value(rows: list[dict[str, str]], split: str, method: str, dataset: str, metric: str) -> float | None:
+    r = _row(rows, split, method, dataset, metric)
+    return None if r is None else r["ours"]
+
+
 def _provenance(artifact: str, rows: list[dict[str, str]]) -> str:
-    commits = sorted({_commit(r["commit"]) for r in rows if r.get("commit")})
+    commits = sorted({_commit(c) for r in rows for c in (r.get("commit") or "").split(";") if c})
     return (f"From `results/tiny/{artifact}.csv` (`make {artifact} PROFILE=tiny`; runs at commit "
             f"{', '.join(commits) or 'unknown'}).")
 
@@ -125,16 +136,22 @@ def render_table(artifact: str, split: str, metrics: list[str]) -> str:
     cols = [(ds, m) for ds in spec["datasets"] for m in metrics]
     head = [f"{column_label(spec, 'tiny', ds).removeprefix('synthetic ')} {LABELS[m]}" if len(spec["datasets"]) > 1
             else LABELS[m] for ds, m in cols]
+    from scaleformer.artifacts.grid import baseline, seeds
+    from scaleformer.artifacts.significance import caption, cell_text
+
     lines = [f"| {split} | {' | '.join(head)} |", "|---|" + "---|" * len(cols)]
     for method in spec["methods"]:
         lines.append(f"| {spec['method_labels'].get(method, method)} | "
-                     + " | ".join(_fmt(_value(rows, split, method, ds, m)) for ds, m in cols) + " |")
+                     + " | ".join(cell_text(_row(rows, split, method, ds, m) or {}) for ds, m in cols) + " |")
     ceiling = spec.get("ceiling_metric", "fact_recall")
     if any(r["method"] == CEILING for r in rows):
         label = spec.get("ceiling_label", "Trunc. ceiling (events in 1st window)")
         lines.append(f"| {label} | " + " | ".join(_fmt(_value(rows, split, CEILING, ds, m)) if m == ceiling else ""
                                                   for ds, m in cols) + " |")
-    return _provenance(artifact, rows) + "\n\n" + "\n".join(lines)
+    base = baseline(spec)
+    n_docs = sorted({r["n_docs"] for r in rows if r["split"] == split and r.get("n_docs")})
+    return (_provenance(artifact, rows) + f" {caption(base, spec['method_labels'].get(base, base) if base else '', seeds(spec, 'tiny'))}"
+            + (f" {'/'.join(n_docs)} documents per cell." if n_docs else "") + "\n\n" + "\n".join(lines))
 
 
 def _signed(x: float) -> str:
@@ -142,34 +159,83 @@ def _signed(x: float) -> str:
 
 
 def render_table1_reading() -> str:
-    """Past the first window: each method's R-1 and Parts against truncation's, on the long columns."""
+    """Past the first window, on the held-out test ledgers: each method's R-1 and Parts against truncation's,
+    with the table's paired tests deciding the words (a difference without its mark is not called one)."""
     from scaleformer.artifacts.grid import column_label
+    from scaleformer.artifacts.significance import MARK
 
     spec, rows = _table("table1")
     long_cols = spec["datasets"][1:]
     names = " and ".join(column_label(spec, "tiny", ds).removeprefix("synthetic ") for ds in long_cols)
-    above, below = [], []
+    groups: dict[str, list[str]] = {"higher": [], "lower": [], "mixed": []}
     for method in spec["methods"]:
-        if method == "truncation":
+        if method == spec.get("baseline", "truncation"):
             continue
-        deltas = []
+        said, signs = [], []
         for ds in long_cols:
-            r1 = [_value(rows, "dev", m, ds, "rouge1") for m in (method, "truncation")]
-            parts = [_value(rows, "dev", m, ds, "fact_field_recall") for m in (method, "truncation")]
-            if None in r1 or None in parts:
+            got = [_row(rows, "test", method, ds, m) for m in ("rouge1", "fact_field_recall")]
+            if None in got or any(r["diff_vs_baseline"] is None for r in got):
                 continue
-            deltas.append((column_label(spec, "tiny", ds).removeprefix("synthetic "), r1[0] - r1[1], parts[0] - parts[1]))
-        if not deltas:
+            col = column_label(spec, "tiny", ds).removeprefix("synthetic ")
+            said.append(" / ".join(f"{_signed(r['diff_vs_baseline'])}{MARK if r['significant'] else ''}" for r in got)
+                        + f" on {col}")
+            signs += [(r["diff_vs_baseline"] > 0) - (r["diff_vs_baseline"] < 0) if r["significant"] else 0 for r in got]
+        if not said:
             continue
-        said = f"{spec['method_labels'][method]} ({', '.join(f'{_signed(a)} / {_signed(b)} on {c}' for c, a, b in deltas)})"
-        (above if all(a > 0 and b > 0 for _, a, b in deltas) else below).append(said)
-    held = " and ".join(_fmt(_value(rows, "dev", CEILING, ds, "fact_recall")) + "%" for ds in long_cols)
-    out = [f"Dev R-1 / Parts minus truncation's on the {names} columns, where truncation's window holds {held} "
-           "of the events. Higher on both scores and both columns: "]
-    out.append("; ".join(above) or "none")
-    out.append(f". Not: {'; '.join(below) or 'none'}")
-    return "".join(out) + (". One run per cell on 8 dev ledgers, with no interval yet: read a difference of a "
-                           "point or two as noise.")
+        kind = "higher" if signs and all(x > 0 for x in signs) else "lower" if signs and all(x < 0 for x in signs) else "mixed"
+        groups[kind].append(f"{spec['method_labels'][method]} ({'; '.join(said)})")
+    held = " and ".join(_fmt(_value(rows, "test", CEILING, ds, "fact_recall")) + "%" for ds in long_cols)
+    n = sorted({r["n_docs"] for r in rows if r["split"] == "test" and r["dataset"] in long_cols and r.get("n_docs")})
+    return (f"Held-out test ledgers ({'/'.join(n)} per column), the {names} columns, where truncation's window "
+            f"holds {held} of the events: R-1 / Parts minus truncation's, `{MARK}` where the paired test says the "
+            f"difference is real (Holm-corrected over the table). Higher on both scores and both columns: "
+            f"{'; '.join(groups['higher']) or 'none'}. Lower on all four: {'; '.join(groups['lower']) or 'none'}. "
+            f"Neither (some difference not shown, or mixed): {'; '.join(groups['mixed']) or 'none'}.")
+
+
+def render_detectable(artifact: str, metric: str) -> str:
+    """The smallest difference from the baseline the held-out test split could show, from its own paired
+    intervals: (z_{1-0.05/(2m)} + z_{0.8}) x SE, SE = the paired interval's half-width / 1.96, m = the
+    table's comparisons (Holm's first step is Bonferroni's)."""
+    from scipy.stats import norm
+
+    spec, rows = _table(artifact)
+    tested = [r for r in (_row(rows, x["split"], x["method"], x["dataset"], x["metric"]) for x in rows
+                          if x.get("p_value")) if r]
+    if not tested:
+        raise MissingResults(f"results/tiny/{artifact}.csv: no paired tests (rendered before intervals existed)")
+    m = len(tested)
+    z = norm.ppf(1 - 0.05 / (2 * m)) + norm.ppf(0.8)
+    ses = sorted((r["diff_ci_high"] - r["diff_ci_low"]) / 2 / norm.ppf(0.975) for r in tested
+                 if r["split"] == "test" and r["metric"] == metric)
+    if not ses:
+        raise MissingResults(f"results/tiny/{artifact}.csv: no test-split {metric} comparison")
+    mid = ses[len(ses) // 2]
+    n = sorted({r["n_docs"] for r in tested if r["split"] == "test"})
+    label = LABELS.get(metric, metric)
+    return (f"Power of `results/tiny/{artifact}.csv`'s test split ({'/'.join(n)} documents per cell, {m} comparisons "
+            f"with the baseline in the table): the paired {label} differences have a median standard error of "
+            f"{mid:.2f} points (from {min(ses):.2f} to {max(ses):.2f}), so a difference of "
+            f"{z * mid:.1f} points ({z * min(ses):.1f} to {z * max(ses):.1f}) is found with 80% power at "
+            f"0.05 after the correction: (z(1 - 0.05/{2 * m}) + z(0.8)) x SE = {z:.2f} x SE.")
+
+
+def render_selector_picks() -> str:
+    data = _read_json(RESULTS / "tiny" / "selector_picks.json")
+    head = "| middles | " + " | ".join(f"{10 * i}-{10 * i + 10}%" for i in range(10)) + " | in next chunk | answer tokens kept |"
+    lines = [head, "|---|" + "---|" * 12]
+    for name in ("random", "query", "query_lift"):
+        if name not in data:
+            continue
+        d = data[name]
+        lines.append(f"| {name} | " + " | ".join(f"{x:.1f}" for x in d["by_tenth_of_interior"])
+                     + f" | {d['in_next_chunk']:.1f} | {d['answer_tokens_kept']:.1f} |")
+    return (f"From `results/tiny/selector_picks.json` (`scripts/selector_picks.py`): {data['backbone']} as "
+            f"shipped, the {data['documents']} {data['split']} ledgers of `data=ledgers_qa`, chunks of "
+            f"{data['chunk_size']} with overlap {data['overlap']}, k={data['boundary_tokens']}, "
+            f"m={data['middle_tokens']}. Share (%) of the middle picks per tenth of the chunk's interior, of "
+            "those also inside the next chunk, and of the answer's tokens among all kept states.\n\n"
+            + "\n".join(lines))
 
 
 def render_figure2() -> str:
@@ -208,10 +274,14 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "table1-tiny-test": lambda: render_table("table1", "test", ["rouge1", "fact_recall", "fact_field_recall"]),
     "table1-tiny-reading": render_table1_reading,
     "table2-tiny-dev": lambda: render_table("table2", "dev", ["rouge1", "fact_recall", "fact_field_recall"]),
+    "table2-tiny-test": lambda: render_table("table2", "test", ["rouge1", "fact_recall", "fact_field_recall"]),
     "figure2-tiny": render_figure2,
     "table_qa-tiny-dev": lambda: render_table("table_qa", "dev", ["exact_match", "f1"]),
     "table_qa-tiny-test": lambda: render_table("table_qa", "test", ["exact_match", "f1"]),
     "table_qa-by-window": render_qa_by_window,
+    "table1-tiny-power": lambda: render_detectable("table1", "rouge1"),
+    "table_qa-tiny-power": lambda: render_detectable("table_qa", "exact_match"),
+    "selector-picks": render_selector_picks,
 }
 
 

@@ -226,6 +226,7 @@ def test_smoke_profile_runs_the_grid_and_renders_it(tmp_path):
     assert len(ours) == 2 * 3 * len(grid.profile_metrics(spec, "smoke"))
     assert all(r["ci_low"] != "" and r["n_docs"] == "1" for r in ours if r["ours"] != ""), "scores files give intervals"
     assert " ±0.0 (" in md and "`±`: half-width of the 95% bootstrap interval over documents" in md
+    assert "Provenance: 3 runs; commit " in md and "torch threads; wall time " in md
     facts = [r for r in ours if r["metric"] == "fact_recall"]
     assert facts and all(r["ours"] != "" for r in facts), "fact recall is scored on the synthetic columns"
     ceil = {(r["split"], r["dataset"]): float(r["ours"]) for r in rows if r["method"] == tables.CEILING}
@@ -333,6 +334,7 @@ def test_cells_show_intervals_and_marks_against_the_baseline(tmp_path):
     assert f"{float(sled['ours']):.1f} ±{(float(sled['ci_high']) - float(sled['ci_low'])) / 2:.1f}*" in md
     assert f"{float(trunc['ours']):.1f} ±{ci.half_width:.1f} (" in md and "Holm-corrected within the table" in md
     assert "choices were made on validation only" in md
+    assert "Provenance: 4 runs; commit deadbeef; torch unknown" in md
     assert r"$\pm$" in paths["tex"].read_text() and "$^*$" in paths["tex"].read_text()
 
 

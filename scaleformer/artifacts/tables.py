@@ -141,9 +141,27 @@ def _fmt(x: float | None) -> str:
     return "–" if x is None else f"{x:.1f}"
 
 
+def provenance(got: Collected) -> str:
+    """Where the table's runs come from: commits, versions, machines and their summed wall time."""
+    results = list(got.results.values())
+    if not results:
+        return ""
+
+    def joined(values: Any) -> str:
+        return ", ".join(sorted({str(v) for v in values if v})) or "unknown"
+
+    versions = "; ".join(f"{d} {joined(r.versions.get(d) for r in results)}" for d in ("torch", "transformers",
+                                                                                       "lightning"))
+    wall = sum(r.wall_time_s for r in results)
+    return (f"Provenance: {len(results)} runs; commit {joined(r.commit[:12] for r in results)}; {versions}; "
+            f"machine {joined(r.machine for r in results)}; wall time {wall / 60:.1f} min summed over the runs "
+            "(training and evaluation).")
+
+
 def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: list[str],
-                    profile: str = "paper") -> str:
-    """Per cell 'ours (paper, ±diff)'; a provenance table of runs below."""
+                    profile: str = "paper", source: str = "") -> str:
+    """Per cell 'ours ±h (paper, ours - paper)'; a provenance table of runs below (``source``: where
+    the runs come from, :func:`provenance`)."""
     datasets = spec["datasets"]
     metrics = list(dict.fromkeys(r["metric"] for r in rows if r["method"] != CEILING)) or spec["metrics"]
     labels = spec.get("metric_labels", {})
@@ -188,6 +206,8 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: 
             trained = "" if r["trained_in"] == r["run_id"] else r["trained_in"]
             lines.append(f"| {r['method']} | {column_label(spec, profile, r['dataset'])} | {r['status']} "
                          f"| {r['run_id']} | {trained or 'same'} | {r['evaluation']} | {r['commit'][:12]} |")
+    if source:
+        lines += ["", source]
     if problems:
         lines += ["", "Problems:", *[f"- {p}" for p in problems]]
     return "\n".join(lines) + "\n"
@@ -236,7 +256,8 @@ def build_table(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
     rows = table_rows(spec, cells, got, metrics, ceilings)
     name = spec["artifact"]
     return {
-        "md": atomic_write_text(out_dir / f"{name}.md", render_markdown(spec, rows, got.problems, profile)),
+        "md": atomic_write_text(out_dir / f"{name}.md", render_markdown(spec, rows, got.problems, profile,
+                                                                        provenance(got))),
         "csv": atomic_write_text(out_dir / f"{name}.csv", render_csv(rows)),
         "tex": atomic_write_text(out_dir / f"{name}.tex", render_latex(spec, rows, profile)),
     }

@@ -11,13 +11,13 @@ a peer is labelled as honestly as the known ones; it runs in one untimed call pe
 from __future__ import annotations
 
 import contextlib
-import platform
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
+
+from scaleformer.runs.runtime import device_name  # noqa: F401 (the bench names its device with it)
 
 MARKERS = 16  # coverage resolution: 1/16 of the document
 
@@ -43,16 +43,6 @@ def peak_tflops(name: str) -> float | None:
         if key.lower() in name.lower():
             return value
     return None
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "cpu"
 
 
 # ----------------------------------------------------------------------------------------- FLOPs

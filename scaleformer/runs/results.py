@@ -34,6 +34,7 @@ class Results:
     commit: str = "unknown"
     tag: str | None = None
     device: str = "cpu"
+    machine: str = ""  # the device's model name, cores and torch threads (runtime.machine)
     world_size: int = 1
     seed: int = 0
     train_steps: int = 0

@@ -141,6 +141,7 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
         data={"name": ctx.cfg.data.name, "summary": {
             s: {**v, "n_query_crowded": parts.crowded.get(s, 0)} for s, v in parts.dm.summary().items()}},
         device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        machine=runtime.machine(),
         world_size=int(parts.trainer.world_size), seed=ctx.cfg.seed, train_steps=step,
         train_time_s=round(train_time, 2), wall_time_s=round(time.time() - ctx.started, 2),
         versions={d: compat.installed(d) for d in ("torch", "transformers", "lightning")},

@@ -100,3 +100,26 @@ def sigterm_status() -> int:
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
     return 0 if SLURMEnvironment.detect() else SIGTERM_STATUS
+
+
+def device_name(device: Any) -> str:
+    """The accelerator's or the CPU's model name: results and benchmarks say what they ran on."""
+    if getattr(device, "type", str(device)) == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(device)
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    import platform
+
+    return platform.processor() or "cpu"
+
+
+def machine() -> str:
+    """This machine as a run's results record it: the device a run computes on, cores and torch threads."""
+    import torch
+
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return f"{device_name(device)}; {os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads"
