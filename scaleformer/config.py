@@ -42,6 +42,9 @@ class BackboneConfig:
     pretrained: str | None = None
     # For random init: "bart" or "t5", with `model_kwargs` overriding that family's config.
     arch: str | None = None
+    # For random init, an architecture file to start from (a config.json; keys starting with "_" are
+    # comments; relative paths are scaleformer/assets/ files): the paper's backbones as shapes, offline.
+    config_file: str | None = None
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     # Hub id / local path of the tokenizer, or "offline" for the BPE built from bundled text.
     tokenizer: str | None = None
@@ -54,6 +57,8 @@ class BackboneConfig:
         check(self.pretrained is not None or self.arch in ("bart", "t5"), "backbone.arch", self.arch,
               "must be 'bart' or 't5' when backbone.pretrained is null")
         _positive("backbone.max_positions", self.max_positions, allow_none=True)
+        check(self.config_file is None or self.pretrained is None, "backbone.config_file", self.config_file,
+              "builds random weights: set backbone.pretrained=null (or drop the config file)")
 
 
 @dataclass

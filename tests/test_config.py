@@ -187,3 +187,49 @@ def test_a_users_config_dir_joins_the_search_path(tmp_path):
                            "job"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "overlap: 64" in proc.stdout and "name: sled" in proc.stdout
+
+
+def test_settings_added_later_keep_earlier_run_names_until_set():
+    """A run folder's name is its training identity: a setting added to the schema after runs existed
+    stays out of it at its default (those runs keep resuming), and joins it once set."""
+    from scaleformer.config import compose_config
+    from scaleformer.runs.identity import ADDED_LATER, training_identity
+
+    rc = to_config(compose_config(["data=govreport", "method=sled"]))  # the shipped defaults, as a user runs
+    ident = training_identity(rc)
+    for group, defaults in ADDED_LATER.items():
+        assert not set(defaults) & set(ident[group]), group
+    # the name this configuration had before backbone.config_file and data.synthetic_split_seeds existed
+    assert rc.paths.run_id == "govreport-sled-tiny_bart_reader-217d54c748"
+    seeded = to_config(compose_config(["data=ledgers_short", "method=sled"]))  # sets a held-out test seed
+    assert training_identity(seeded)["data"]["synthetic_split_seeds"] == {"test": 20261126}
+
+
+@pytest.mark.parametrize(("option", "sizes"), [
+    ("bart_base_shape", {"d_model": 768, "encoder_layers": 6, "decoder_layers": 6, "encoder_ffn_dim": 3072,
+                         "vocab_size": 50265, "max_position_embeddings": 1024}),
+    ("t5_base_shape", {"d_model": 768, "num_layers": 12, "num_decoder_layers": 12, "d_ff": 3072, "vocab_size": 32128}),
+])
+def test_the_papers_backbones_as_shapes_need_no_hub(option, sizes):
+    """backbone.config_file builds the published architecture offline (random weights, offline tokenizer),
+    keeping its vocabulary size; the tokenizer's own special ids are the ones the model uses."""
+    from scaleformer.model.backbone import load_tokenizer, model_config
+
+    rc = to_config(compose([f"backbone={option}"]))
+    tok = load_tokenizer(rc.backbone)
+    conf = model_config(rc.backbone, tok)
+    assert {k: getattr(conf, k) for k in sizes} == sizes
+    assert conf.pad_token_id == tok.pad_token_id and conf.eos_token_id == tok.eos_token_id
+
+
+def test_a_config_file_is_for_random_weights_and_must_be_readable(tmp_path):
+    from scaleformer.model.backbone import load_tokenizer, model_config
+
+    with pytest.raises(ConfigError, match=r"^backbone\.config_file='bart-base-config\.json': builds random weights"):
+        to_config(compose(["backbone=bart_base_shape", "backbone.pretrained=facebook/bart-base"]))
+    (tmp_path / "c.json").write_text("[1, 2]")
+    for path, message in ((tmp_path / "none.json", "not a readable config.json"),
+                          (tmp_path / "c.json", "a config.json is a JSON object")):
+        rc = to_config(compose(["backbone=bart_base_shape", f"backbone.config_file={path}"]))
+        with pytest.raises(ConfigError, match=rf"^backbone\.config_file='.*': {message}"):
+            model_config(rc.backbone, load_tokenizer(rc.backbone))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,9 +59,9 @@ def config_from_json(arch: str, path: Path) -> Any:
     """A BartConfig/T5Config from a hand-kept config file (keys starting with '_' are comments)."""
     from transformers import BartConfig, T5Config
 
-    raw = json.loads(Path(path).read_text())
-    kwargs = {k: v for k, v in raw.items() if not k.startswith("_") and k != "model_type"}
-    return (BartConfig if arch == "bart" else T5Config)(**kwargs)
+    from scaleformer.model.backbone import architecture_file
+
+    return (BartConfig if arch == "bart" else T5Config)(**architecture_file(str(path)))
 
 
 def load_shape(name: str) -> Shape:

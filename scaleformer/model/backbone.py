@@ -113,17 +113,37 @@ def _read_config(cfg: BackboneConfig, tokenizer: Any) -> PretrainedConfig:
         for k, v in cfg.model_kwargs.items():
             setattr(conf, k, v)
         return conf
+    base = architecture_file(cfg.config_file) if cfg.config_file else {}
     ids = {
-        "vocab_size": len(tokenizer),
+        # A shape keeps its published vocabulary (its embedding table's size) when the tokenizer is smaller.
+        "vocab_size": max(len(tokenizer), int(base.get("vocab_size", 0))),
         "pad_token_id": tokenizer.pad_token_id,
         "eos_token_id": tokenizer.eos_token_id,
     }
     if cfg.arch == "bart":
         ids |= {"bos_token_id": tokenizer.bos_token_id, "decoder_start_token_id": tokenizer.eos_token_id,
                 "forced_eos_token_id": tokenizer.eos_token_id}
-        return BartConfig(**(ids | dict(cfg.model_kwargs)))
+        return BartConfig(**(base | ids | dict(cfg.model_kwargs)))
     ids |= {"decoder_start_token_id": tokenizer.pad_token_id}
-    return T5Config(**(ids | dict(cfg.model_kwargs)))
+    return T5Config(**(base | ids | dict(cfg.model_kwargs)))
+
+
+def architecture_file(path: str) -> dict[str, Any]:
+    """The architecture fields of a hand-kept config.json (keys starting with "_" are comments); a relative
+    path names a file in scaleformer/assets/."""
+    import json
+
+    from scaleformer.resources import assets_dir
+
+    file = Path(path).expanduser()
+    file = file if file.is_absolute() else assets_dir() / file
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"backbone.config_file={path!r}: not a readable config.json ({e})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"backbone.config_file={path!r}: a config.json is a JSON object")
+    return {k: v for k, v in raw.items() if not k.startswith("_") and k != "model_type"}
 
 
 def max_positions(cfg: BackboneConfig, conf: PretrainedConfig) -> int:

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from scaleformer.runs.run_config import RunConfig
 
 TRAINING_GROUPS = ("backbone", "data", "method", "optim", "trainer", "seed")
+# Settings added after runs existed: at their default they stay out of the identity, so the folders of
+# earlier runs keep their names (and resume) until a run sets them.
+ADDED_LATER: dict[str, dict[str, Any]] = {"backbone": {"config_file": None}, "data": {"synthetic_split_seeds": {}}}
 
 
 def not_training() -> dict[str, tuple[str, ...]]:
@@ -66,6 +69,8 @@ def training_identity(rc: RunConfig) -> dict[str, Any]:
     ident = {g: d.get(g) for g in TRAINING_GROUPS}
     for group, keys in not_training().items():
         ident[group] = {k: v for k, v in (ident[group] or {}).items() if k not in keys}
+    for group, defaults in ADDED_LATER.items():
+        ident[group] = {k: v for k, v in (ident[group] or {}).items() if k not in defaults or v != defaults[k]}
     method_cfg = type(rc.method)
     drop = set(method_cfg.EVAL_KEYS) | set(method_cfg.RUNTIME_KEYS)
     ident["method"] = {k: v for k, v in ident["method"].items() if k not in drop}
