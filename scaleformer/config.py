@@ -107,6 +107,9 @@ class DataConfig:
     # Per split, the generator's seed instead of the product's fixed one: a held-out test split is drawn
     # from a seed that no tuning choice has seen (e.g. {test: 20261126}).
     synthetic_split_seeds: dict[str, int] = field(default_factory=dict)
+    # Log-sd of each document's length around synthetic_words (its mean; 0: all alike): documents drawn
+    # like a real data set's (conf/data/dryrun_*.yaml).
+    synthetic_words_spread: float = 0.0
     synthetic_events: list[int] = field(default_factory=lambda: [6, 9])
     # summary: the ledger's events as the reference; qa: a question about one event (its count).
     synthetic_task: str = "summary"
@@ -141,6 +144,8 @@ class DataConfig:
             check(split in ("train", "validation", "test"), "data.synthetic_split_words", split,
                   "keys must be train, validation or test")
             _positive(f"data.synthetic_split_words.{split}", n)
+        check(0.0 <= self.synthetic_words_spread <= 3.0, "data.synthetic_words_spread", self.synthetic_words_spread,
+              "must be in [0, 3] (a log-sd; 0 = every document synthetic_words long)")
         for split, n in self.synthetic_split_seeds.items():
             check(split in ("train", "validation", "test"), "data.synthetic_split_seeds", split,
                   "keys must be train, validation or test")

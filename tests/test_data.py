@@ -659,3 +659,25 @@ def test_a_bom_is_accepted_alike_by_every_reader(tmp_path: Path, ext: str) -> No
         LocalSource(cfg).check()
         got[name] = [(r.id, r.input, r.target) for r in to_rows(LocalSource(cfg).rows("validation"), cfg)]
     assert got["bom"] == got["plain"] and [i for i, _, _ in got["bom"]] == ["va0", "va1", "va2"]
+
+
+def test_document_lengths_follow_a_published_average_with_a_spread(tmp_path):
+    """synthetic_words_spread draws each document's words (lognormal, mean synthetic_words) from its own
+    stream: at 0 the documents and their folder are those of before; above 0 the lengths vary around the
+    mean, and the real text grows with them."""
+    import math
+    import statistics
+
+    from scaleformer.data import synthetic
+
+    same = synthetic.generate(tmp_path / "a", {"test": 3}, 300)
+    assert synthetic.generate(tmp_path / "a", {"test": 3}, 300, spread=0.0) == same
+    lengths = synthetic.doc_lengths("test", 400, 2000, 7, 0.6)
+    assert abs(statistics.mean(lengths) / 2000 - 1) < 0.1
+    assert abs(statistics.stdev(math.log(n) for n in lengths) - 0.6) < 0.06
+    rows = synthetic.split_rows("test", 6, 2000, 7, spread=0.6)
+    words: dict[str, int] = {}
+    for r in rows:  # multi-reference ids repeat their document
+        words.setdefault(r["id"], len(r["input"].split()))
+    drawn = synthetic.doc_lengths("test", 6, 2000, 7, 0.6)
+    assert len(words) == 6 and all(abs(w - n) / n < 0.1 for w, n in zip(words.values(), drawn))

@@ -135,6 +135,7 @@ class SyntheticSource(LocalSource):
             self._paths = synthetic.generate(Path(self.cfg.cache_dir), docs, self.cfg.synthetic_words,
                                              split_words=dict(self.cfg.synthetic_split_words),
                                              split_seeds=dict(self.cfg.synthetic_split_seeds),
+                                             spread=float(self.cfg.synthetic_words_spread),
                                              n_events=tuple(self.cfg.synthetic_events),
                                              task=self.cfg.synthetic_task)
             log.debug("synthetic data ready in %.2fs", time.perf_counter() - t0)

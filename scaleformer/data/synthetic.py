@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -180,20 +181,31 @@ def qa_example(rng: random.Random, n_words: int, n_events: tuple[int, int] = DEF
             "answer_at": round(doc.index(answer) / len(doc), 4)}
 
 
+def doc_lengths(split: str, n_docs: int, n_words: int, seed: int, spread: float) -> list[int]:
+    """Words of each document: all ``n_words`` (spread 0), or lognormal with mean ``n_words`` and log-sd
+    ``spread`` (a data set's published average, spread like real documents), from a stream of their own
+    so the documents' text draws stay those of equal lengths."""
+    if spread <= 0:
+        return [n_words] * n_docs
+    rng = random.Random(_int_seed(seed, f"{split}-lengths"))
+    return [max(50, round(n_words * math.exp(spread * rng.gauss(0.0, 1.0) - spread**2 / 2))) for _ in range(n_docs)]
+
+
 def qa_rows(split: str, n_docs: int, n_words: int, seed: int = DEFAULT_SEED,
-            n_events: tuple[int, int] = DEFAULT_EVENTS) -> list[dict[str, Any]]:
+            n_events: tuple[int, int] = DEFAULT_EVENTS, spread: float = 0.0) -> list[dict[str, Any]]:
     """Question-answering rows (``id`` and :func:`qa_example`'s fields), one question per ledger."""
     rng = random.Random(_int_seed(seed, f"qa-{split}"))
-    return [{"id": f"{split}-qa-{i:04d}", **qa_example(rng, n_words, n_events)} for i in range(n_docs)]
+    return [{"id": f"{split}-qa-{i:04d}", **qa_example(rng, n, n_events)}
+            for i, n in enumerate(doc_lengths(split, n_docs, n_words, seed, spread))]
 
 
 def split_rows(split: str, n_docs: int, n_words: int, seed: int = DEFAULT_SEED,
-               n_events: tuple[int, int] = DEFAULT_EVENTS) -> list[dict[str, str]]:
+               n_events: tuple[int, int] = DEFAULT_EVENTS, spread: float = 0.0) -> list[dict[str, str]]:
     """Rows (`id, input, output`) of one split; multi-reference ids repeat the input on two rows."""
     rng = random.Random(_int_seed(seed, split))
     rows = []
-    for i in range(n_docs):
-        doc, ref, ref2 = make_document(rng, n_words, n_events)
+    for i, n in enumerate(doc_lengths(split, n_docs, n_words, seed, spread)):
+        doc, ref, ref2 = make_document(rng, n, n_events)
         doc_id = f"{split}-{i:04d}"
         rows.append({"id": doc_id, "input": doc, "output": ref})
         if i % MULTI_REF_EVERY == MULTI_REF_EVERY - 1:
@@ -210,12 +222,14 @@ def generate(
     n_events: tuple[int, int] = DEFAULT_EVENTS,
     task: str = "summary",
     split_seeds: dict[str, int] | None = None,
+    spread: float = 0.0,
 ) -> dict[str, Path]:
     """Write `<split>.jsonl` for each split under a folder keyed by the settings; reuse it if present.
 
     `split_words` gives some splits another length than `n_words` (e.g. short training ledgers and
     long evaluation ones). Returns split -> path. Written atomically, so a killed run never leaves a
-    half-written split. `split_seeds` draws some splits from their own seed (a held-out test split).
+    half-written split. `split_seeds` draws some splits from their own seed (a held-out test split);
+    `spread` draws each document's length around the split's (:func:`doc_lengths`).
     """
     split_words = {k: v for k, v in (split_words or {}).items() if v != n_words}
     settings: dict[str, Any] = {"v": GENERATOR_VERSION, "docs": dict(sorted(docs.items())), "words": n_words,
@@ -226,6 +240,8 @@ def generate(
     split_seeds = {k: v for k, v in (split_seeds or {}).items() if v != seed}
     if split_seeds:
         settings["split_seeds"] = dict(sorted(split_seeds.items()))
+    if spread > 0:
+        settings["spread"] = spread
     if tuple(n_events) != DEFAULT_EVENTS:
         settings["events"] = list(n_events)
     if task != "summary":
@@ -240,7 +256,7 @@ def generate(
         path = folder / f"{split}.jsonl"
         if not path.exists():
             atomic_write_jsonl(path, make_rows(split, n, split_words.get(split, n_words), split_seeds.get(split, seed),
-                                               tuple(n_events)))
+                                               tuple(n_events), spread))
         paths[split] = path
     if not (folder / "settings.json").exists():
         atomic_write_text(folder / "settings.json", json.dumps(settings, indent=2) + "\n")

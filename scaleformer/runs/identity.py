@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 TRAINING_GROUPS = ("backbone", "data", "method", "optim", "trainer", "seed")
 # Settings added after runs existed: at their default they stay out of the identity, so the folders of
 # earlier runs keep their names (and resume) until a run sets them.
-ADDED_LATER: dict[str, dict[str, Any]] = {"backbone": {"config_file": None}, "data": {"synthetic_split_seeds": {}}}
+ADDED_LATER: dict[str, dict[str, Any]] = {"backbone": {"config_file": None},
+                                          "data": {"synthetic_split_seeds": {}, "synthetic_words_spread": 0.0}}
 
 
 def not_training() -> dict[str, tuple[str, ...]]:
