@@ -9,6 +9,7 @@ it stays the same string on every machine, so run identities do not depend on wh
 
 from __future__ import annotations
 
+from functools import cache
 from importlib.resources import files
 from pathlib import Path
 
@@ -19,10 +20,12 @@ def package_dir() -> Path:
     return Path(str(files("scaleformer")))
 
 
+@cache
 def package_commit() -> str:
     """The commit of the checkout this package runs from, with '-dirty' for uncommitted changes; 'unknown'
     for an installed copy. Asked of the package's own folder, never of the working directory: a run
-    started inside another repository must not record that repository's commit."""
+    started inside another repository must not record that repository's commit. Asked once per process
+    (runs ask as they start): the code a process runs is the code it loaded, whatever is committed later."""
     import subprocess
 
     source = package_dir().parent

@@ -218,11 +218,16 @@ def test_the_recorded_commit_is_the_packages_own_wherever_the_command_runs(tmp_p
         ours = _git(root, "rev-parse", "HEAD") if Path(_git(root, "rev-parse", "--show-toplevel")) == root else None
     except subprocess.CalledProcessError:
         ours = None
+    resources.package_commit.cache_clear()  # asked once per process: ask afresh here
     got = git_commit()
     assert theirs not in got
     assert got == "unknown" if ours is None else got.removesuffix("-dirty") == ours
     monkeypatch.setattr(resources, "package_dir", lambda: other / "lib" / "scaleformer")
-    assert resources.package_commit() == "unknown"
+    resources.package_commit.cache_clear()
+    try:
+        assert resources.package_commit() == "unknown"
+    finally:
+        resources.package_commit.cache_clear()
 
 
 def test_checkpoints_from_before_the_model_class_still_load(tmp_path):

@@ -153,7 +153,8 @@ def provenance(got: Collected) -> str:
     versions = "; ".join(f"{d} {joined(r.versions.get(d) for r in results)}" for d in ("torch", "transformers",
                                                                                        "lightning"))
     wall = sum(r.wall_time_s for r in results)
-    return (f"Provenance: {len(results)} runs; commit {joined(r.commit[:12] for r in results)}; {versions}; "
+    commits = joined(r.commit[:12] + ("-dirty" if r.commit.endswith("-dirty") else "") for r in results)
+    return (f"Provenance: {len(results)} runs; commit {commits}; {versions}; "
             f"machine {joined(r.machine for r in results)}; wall time {wall / 60:.1f} min summed over the runs "
             "(training and evaluation).")
 

@@ -52,6 +52,7 @@ def run(cfg: Any) -> dict[str, Any]:
     from scaleformer.metrics import reset_notices
 
     started = time.time()
+    git_commit()  # the checkout's commit as this process starts its first run (cached: what it loaded)
     quiet()
     reset_notices()  # a multirun's runs each say once which BERTScore model they used
     ctx = RunContext.create(to_config(cfg), started)  # every key, type and range, before anything heavy
