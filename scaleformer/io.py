@@ -176,10 +176,11 @@ def parse_json(text: str, where: str, what: str, error: type[Exception] = ValueE
         raise error(f"{where}: {what} ({str(e).splitlines()[0]})") from None
 
 
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+def iter_jsonl(path: str | Path, error: type[Exception] = ValueError) -> Iterator[tuple[int, Any]]:
     """(line number, value) of each non-blank line of a UTF-8 jsonl file (a leading BOM is skipped).
 
-    Bad UTF-8 or bad JSON raises ValueError naming the file and the line number.
+    Bad UTF-8 or bad JSON raises ``error`` (ValueError; the data layer's DataError) naming the file and
+    the line number: the one jsonl reader of the project (data files, predictions, scores).
     """
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
@@ -188,10 +189,10 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: line is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+                raise error(f"{path}:{lineno}: line is not valid UTF-8 ({e.reason} at byte {e.start})") from None
             if not line.strip():
                 continue
-            yield lineno, parse_json(line, f"{path}:{lineno}", "malformed JSON line")
+            yield lineno, parse_json(line, f"{path}:{lineno}", "malformed JSON line", error)
 
 
 def read_jsonl(path: str | Path) -> list[Any]:

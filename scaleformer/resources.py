@@ -67,3 +67,13 @@ def resolve_asset(value: str) -> str:
     if isinstance(value, str) and value.startswith(ASSET_PREFIX):
         return str(assets_dir() / value[len(ASSET_PREFIX):])
     return value
+
+
+def installed(dist: str) -> str:
+    """A distribution's installed version, or "not installed" (results and reports name what ran)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "not installed"

@@ -23,7 +23,6 @@ import dataclasses
 import json
 import logging
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from scaleformer.config import MetricsConfig
 from scaleformer.errors import ConfigError
 from scaleformer.io import atomic_write_json, atomic_write_jsonl, iter_jsonl
 from scaleformer.metrics import PAPER_BERTSCORE_MODEL, BertScoreModelError, compute_metrics
-from scaleformer.resources import conf_dir
+from scaleformer.resources import conf_dir, installed
 
 TRAIN_CONFIG = conf_dir() / "config.yaml"
 
@@ -138,13 +137,6 @@ def _settings(args: argparse.Namespace, defaults: MetricsConfig) -> MetricsConfi
     )
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         defaults = train_defaults()
@@ -206,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "metrics": dataclasses.asdict(cfg),
         "defaults_from": "conf/config.yaml",
         "device": device,
-        "versions": {d: _version(d) for d in ("rouge-score", "bert-score", "nltk")},
+        "versions": {d: installed(d) for d in ("rouge-score", "bert-score", "nltk")},
     }
     scores_path = args.scores or (str(Path(args.out).with_suffix("")) + ".scores.jsonl" if args.out else None)
     for flag, target, write in (("--out", args.out, lambda f: atomic_write_json(f, metrics)),

@@ -9,7 +9,6 @@ which is what `datasets` would call.
 
 from __future__ import annotations
 
-import codecs
 import csv
 import io
 import json
@@ -20,7 +19,7 @@ from typing import Any
 
 from scaleformer.config import DataConfig
 from scaleformer.data.errors import DataError, check_fields, required_fields
-from scaleformer.io import parse_json
+from scaleformer.io import iter_jsonl, parse_json
 
 EXTENSIONS = ("jsonl", "json", "parquet", "csv")
 
@@ -29,20 +28,10 @@ Records = Iterator[tuple[str, dict[str, Any]]]
 
 def _jsonl(path: Path) -> Records:
     """Bad UTF-8, bad JSON or a non-object raise with file:line; blank lines and a leading BOM are skipped."""
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):  # as the json and csv readers (utf-8-sig)
-                raw = raw[len(codecs.BOM_UTF8):]
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(f"{path}:{lineno}: line is not valid UTF-8 ({e.reason} at byte {e.start})") from None
-            if not line.strip():
-                continue
-            obj = parse_json(line, f"{path}:{lineno}", "malformed JSON line", DataError)
-            if not isinstance(obj, dict):
-                raise DataError(f"{path}:{lineno}: expected a JSON object per line, got {type(obj).__name__}")
-            yield f"line {lineno}", obj
+    for lineno, obj in iter_jsonl(path, DataError):
+        if not isinstance(obj, dict):
+            raise DataError(f"{path}:{lineno}: expected a JSON object per line, got {type(obj).__name__}")
+        yield f"line {lineno}", obj
 
 
 def _decode_whole(path: Path) -> str:

@@ -45,12 +45,12 @@ import inspect
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _dist_version
 from typing import Any
 
 import torch
 from torch import nn
+
+from scaleformer.resources import installed  # noqa: F401 (compat.installed: the one version helper)
 
 log = logging.getLogger("scaleformer")
 
@@ -68,13 +68,6 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "inputs_embeds": ("inputs_embeds", "input_embeds"),
     "past_seen_tokens": ("past_seen_tokens", "cache_position"),
 }
-
-
-def installed(dist: str) -> str:
-    try:
-        return _dist_version(dist)
-    except PackageNotFoundError:
-        return "not installed"
 
 
 def tested_range(dist: str = "transformers") -> str:
