@@ -1,4 +1,4 @@
-"""The project's base error: a setting out of range or inconsistent (imports nothing of the project).
+"""The project's user errors (one base, :class:`UserError`) and the line they print (imports nothing of the project).
 
 Entry points print a :class:`ConfigError` as one line, ``error: <key>=<value>: <what to do>``, never
 a traceback; :func:`check` builds that message from the key, the value and the limit it broke.
@@ -11,15 +11,16 @@ import re
 from typing import Any
 
 
-class Redacting(Exception):
-    """Credentials in the message are hidden when the error is made, so no handler, log or
-    ``failed.json`` can show them (the project's user-facing errors all derive from this)."""
+class UserError(Exception):
+    """A mistake or a condition the user can fix (a setting, a file, the network, a busy run folder): the
+    one base every entry point prints as one line, never a traceback. Credentials in the message are
+    hidden when the error is made, so no handler, log or ``failed.json`` can show them."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
-class ConfigError(Redacting, ValueError):
+class ConfigError(UserError, ValueError):
     """A config value is out of range or inconsistent; the message names the key."""
 
 

@@ -393,3 +393,17 @@ def test_the_data_summary_counts_queries_that_crowd_out_the_document(tmp_path: P
         m = build_method(rc.method, backbone_spec(rc.backbone, tok, model_config(rc.backbone, tok)))
         # 1,024 positions, 2 specials: 256 must remain, so queries of 767+ tokens crowd the document out
         assert m.crowded(np.array([0, 10, 766, 767, 5490])) == expected
+
+
+def test_every_user_error_has_the_one_base_the_commands_catch():
+    """Settings, data, the hub, BERTScore's model and a busy run folder: one base (UserError), which
+    redacts credentials and which `train` prints as one line."""
+    from scaleformer.data import DataError
+    from scaleformer.errors import UserError
+    from scaleformer.metrics import BertScoreModelError
+    from scaleformer.model.hub import HubUnreachableError
+    from scaleformer.runs.runtime import RunInUseError
+
+    for cls in (ConfigError, DataError, HubUnreachableError, BertScoreModelError, RunInUseError):
+        assert issubclass(cls, UserError), cls
+    assert "PASSWORD" not in str(RunInUseError("https://user:PASSWORD@host/x in use"))

@@ -149,19 +149,14 @@ def hydra_main(cfg: DictConfig) -> float | None:
             raise SystemExit(f"error: {redact(str(e))}") from None
 
     from scaleformer.artifacts.sweeps import record_job_failure
-    from scaleformer.data import DataError
-    from scaleformer.errors import storage_error
-    from scaleformer.metrics import BertScoreModelError
-    from scaleformer.model.hub import HubUnreachableError
+    from scaleformer.errors import UserError, storage_error
     from scaleformer.runs.run import run
-    from scaleformer.runs.runtime import RunInUseError
 
     with open_dict(cfg):
         cfg.choices = group_choices(hc.runtime.choices)
-    user_errors = (ConfigError, DataError, HubUnreachableError, BertScoreModelError, RunInUseError)
     try:
         result = run(cfg)
-    except user_errors as e:  # one clear line, no traceback
+    except UserError as e:  # a setting, a file, the network, a busy folder: one clear line, no traceback
         if not sweep:
             raise SystemExit(f"error: {redact(str(e))}") from None
         log.error("error: %s", redact(str(e)))

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scaleformer.config import DataConfig
-from scaleformer.errors import Redacting
+from scaleformer.errors import UserError
 from scaleformer.model.hub import HubUnreachableError
 
 
-class DataError(Redacting, ValueError):
+class DataError(UserError, ValueError):
     """Bad data or an unusable source; the message names the file/dataset, line and field."""
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from tqdm import tqdm
 
 from scaleformer.config import BertScoreConfig
-from scaleformer.errors import Redacting
+from scaleformer.errors import UserError
 from scaleformer.metrics.notices import notice_once
 from scaleformer.model import hub
 
@@ -37,7 +37,7 @@ OFFLINE_MODEL_LAYERS = 6
 _BATCHES_PER_CALL = 4
 
 
-class BertScoreModelError(Redacting, RuntimeError):
+class BertScoreModelError(UserError, RuntimeError):
     """The BERTScore model cannot be resolved or loaded; the message says what to set instead."""
 
 

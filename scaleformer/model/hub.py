@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from scaleformer.errors import Redacting
+from scaleformer.errors import UserError
 
 # The probe only decides "reachable or not"; a dead network must not stall a run or an evaluation.
 PROBE_TIMEOUT_S = 3.0
@@ -24,7 +24,7 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
                 "pytorch_model.bin.index.json")
 
 
-class HubUnreachableError(Redacting, RuntimeError):
+class HubUnreachableError(UserError, RuntimeError):
     """The hub is needed for this id and cannot be reached; the message says what to do instead."""
 
 

@@ -22,8 +22,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from scaleformer.errors import UserError
 
-class RunInUseError(RuntimeError):
+
+class RunInUseError(UserError, RuntimeError):
     """Another process is running the same run folder."""
 
 
