@@ -140,16 +140,13 @@ class DataConfig:
         check(self.num_workers >= 0, "data.num_workers", self.num_workers, "must be >= 0")
         for split, n in self.synthetic_docs.items():
             check(n >= 0, f"data.synthetic_docs.{split}", n, "must be >= 0")
-        for split, n in self.synthetic_split_words.items():
-            check(split in ("train", "validation", "test"), "data.synthetic_split_words", split,
-                  "keys must be train, validation or test")
-            _positive(f"data.synthetic_split_words.{split}", n)
+        for key, per_split, least in (("synthetic_split_words", self.synthetic_split_words, 1),
+                                      ("synthetic_split_seeds", self.synthetic_split_seeds, 0)):
+            for split, n in per_split.items():
+                check(split in ("train", "validation", "test"), f"data.{key}", split, "keys must be train, validation or test")
+                check(isinstance(n, int) and n >= least, f"data.{key}.{split}", n, f"must be an integer >= {least}")
         check(0.0 <= self.synthetic_words_spread <= 3.0, "data.synthetic_words_spread", self.synthetic_words_spread,
               "must be in [0, 3] (a log-sd; 0 = every document synthetic_words long)")
-        for split, n in self.synthetic_split_seeds.items():
-            check(split in ("train", "validation", "test"), "data.synthetic_split_seeds", split,
-                  "keys must be train, validation or test")
-            check(isinstance(n, int) and n >= 0, f"data.synthetic_split_seeds.{split}", n, "must be an integer >= 0")
         check(self.query_split in (None, "blank_line", "options"), "data.query_split", self.query_split,
               "must be null, blank_line or options")
         check(self.query_split is None or self.prefix_field is None, "data.query_split", self.query_split,
