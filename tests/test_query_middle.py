@@ -125,3 +125,27 @@ def test_an_unreadable_last_layer_keeps_the_drawn_middles(monkeypatch, caplog):
         want = encoder(input_ids=ids, attention_mask=mask).last_hidden_state
     torch.testing.assert_close(got, want.gather(1, pos[..., None].expand(-1, -1, want.shape[-1])))
     assert sum("keeping the drawn middles" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_the_selector_report_counts_every_middle_pick_once(tmp_path):
+    """scripts/selector_picks.py on one QA ledger: per strategy, the tenths of the interior hold every
+    middle pick (shares sum to 100), and the query strategies move picks the random draw made."""
+    import importlib.util
+    import json
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("selector_picks", ROOT / "scripts" / "selector_picks.py")
+    picks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(picks)
+    out = tmp_path / "picks.json"
+    assert picks.main(["--docs", "1", "--out", str(out), f"paths.cache={tmp_path}/cache"]) == 0
+    report = json.loads(out.read_text())
+    assert report["documents"] == 1 and report["middle_tokens"] == 300
+    for name in ("random", "query", "query_lift"):
+        r = report[name]
+        assert r["middles"] > 0 and abs(sum(r["by_tenth_of_interior"]) - 100) < 0.5, name
+        assert 0 <= r["in_next_chunk"] <= 100 and 0 <= r["answer_tokens_kept"] <= 100
+    assert any(report[name]["answer_tokens_kept"] > 0 for name in ("random", "query", "query_lift")), \
+        "the answer's tokens are found in the document"
+    assert report["query"]["by_tenth_of_interior"] != report["random"]["by_tenth_of_interior"]
