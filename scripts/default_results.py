@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import input_blind
 
-    from scaleformer.config import compose_config
+    from scaleformer.compose import compose_config
     from scaleformer.io import atomic_write_bytes
     from scaleformer.runs.run import run
 

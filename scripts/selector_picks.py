@@ -41,7 +41,7 @@ def _answer_positions(tok: Any, text: str, answer: str) -> set[int]:
 def measure(backbone: str, n_docs: int, overrides: list[str]) -> dict[str, Any]:
     import torch
 
-    from scaleformer.config import compose_config
+    from scaleformer.compose import compose_config
     from scaleformer.data.sources import SyntheticSource
     from scaleformer.methods import build_method
     from scaleformer.model.backbone import backbone_spec, build_model, load_tokenizer, model_config

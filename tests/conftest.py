@@ -24,7 +24,7 @@ TEST_DEFAULTS = ["backbone=tiny_bart", "optim=tiny"]
 def compose(overrides: list[str] | None = None):
     """Compose conf/config.yaml with overrides as `python train.py ...` would, on tiny_bart and its
     optimiser unless the overrides choose another backbone or optimiser."""
-    from scaleformer.config import compose_config
+    from scaleformer.compose import compose_config
 
     return compose_config([*TEST_DEFAULTS, *(overrides or [])], str(CONF))
 

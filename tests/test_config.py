@@ -192,7 +192,7 @@ def test_a_users_config_dir_joins_the_search_path(tmp_path):
 def test_settings_added_later_keep_earlier_run_names_until_set():
     """A run folder's name is its training identity: a setting added to the schema after runs existed
     stays out of it at its default (those runs keep resuming), and joins it once set."""
-    from scaleformer.config import compose_config
+    from scaleformer.compose import compose_config
     from scaleformer.runs.identity import ADDED_LATER, training_identity
 
     rc = to_config(compose_config(["data=govreport", "method=sled"]))  # the shipped defaults, as a user runs

@@ -23,7 +23,7 @@ PKG = ROOT / "scaleformer"
 # Layers, bottom first: a module may import its own layer and the ones below, never above.
 LAYERS = [
     {"errors", "io", "progress", "resources"},
-    {"config"},
+    {"config", "compose"},
     {"ops"},
     {"methods"},
     {"model"},
@@ -34,7 +34,7 @@ LAYERS = [
     {"artifacts"},
     {"cli"},
 ]
-TOP_LEVEL_MODULES = {"__init__", "errors", "io", "progress", "resources", "config"}
+TOP_LEVEL_MODULES = {"__init__", "errors", "io", "progress", "resources", "config", "compose"}
 
 
 def _modules() -> dict[str, Path]:

@@ -91,7 +91,7 @@ def test_the_shipped_reader_loads_as_a_backbone_and_trains_with_dropout_semantic
 def test_a_rebuilt_reader_names_new_runs(tmp_path):
     """Runs fine-tuned from a shipped reader carry its recipe fingerprint in their identity, so a
     rebuilt reader never reuses runs trained from the old weights."""
-    from scaleformer.config import compose_config
+    from scaleformer.compose import compose_config
     from scaleformer.runs import identity
     from scaleformer.runs.context import to_config
 

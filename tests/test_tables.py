@@ -244,7 +244,7 @@ def test_a_profile_gives_one_method_its_own_settings_before_its_group_choice():
     cells = [c for c in grid.expand_grid(spec, "tiny") if c.method == "unlimiformer"]
     assert all(c.overrides[-2:] == ["method.training_mode=alternating", "method=unlimiformer"] for c in cells)
     grid.resolve_run_ids(cells)
-    from scaleformer.config import compose_config
+    from scaleformer.compose import compose_config
 
     assert compose_config(cells[0].overrides).method.training_mode == "alternating"
     others = [c for c in grid.expand_grid(spec, "tiny") if c.method == "sled"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from scaleformer.config import compose_config
+from scaleformer.compose import compose_config
 from scaleformer.resources import conf_dir, group_options
 from scaleformer.runs.context import RunContext, to_config
 

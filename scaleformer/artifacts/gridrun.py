@@ -71,7 +71,7 @@ def run_grid(spec: dict[str, Any], profile: str, root: Path, force: bool = False
     A cell that fails is reported and skipped (its error is in its run folder's train.log); cells
     sharing its weights are skipped too; the others still run.
     """
-    from scaleformer.config import compose_config
+    from scaleformer.compose import compose_config
     from scaleformer.runs.run import run
 
     def say(msg: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, open_dict
 
-from scaleformer.config import register_configs
+from scaleformer.compose import register_configs
 from scaleformer.errors import redact
 from scaleformer.resources import conf_dir
 
@@ -136,7 +136,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from scaleformer.config import group_choices
+    from scaleformer.compose import group_choices
     from scaleformer.errors import ConfigError
     from scaleformer.runs.context import check_groups
 

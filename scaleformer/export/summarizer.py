@@ -138,7 +138,7 @@ def _method_config(meta: dict[str, Any], option: str | None, overrides: dict[str
     else:
         from omegaconf import OmegaConf
 
-        from scaleformer.config import compose_config
+        from scaleformer.compose import compose_config
 
         cfg = OmegaConf.to_container(compose_config([f"method={option}"]).method, resolve=True)
     return {**cfg, **overrides}

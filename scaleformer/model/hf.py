@@ -218,7 +218,7 @@ def _method_dict(method: str | dict[str, Any], params: dict[str, Any]) -> dict[s
         return {**method, **params}
     from omegaconf import OmegaConf
 
-    from scaleformer.config import compose_config
+    from scaleformer.compose import compose_config
 
     option = OmegaConf.to_container(compose_config([f"method={method}"]).method, resolve=True)
     return {**option, **params}

@@ -1,0 +1,41 @@
+"""Composing the Hydra config as ``python train.py ...`` would: the schemas registered, the project's
+group choices recorded (for tools, tests and the train command)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, open_dict
+
+from scaleformer.config import Config
+
+
+def register_configs() -> None:
+    """Register the schemas so Hydra type-checks every group as it composes."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+
+
+def compose_config(overrides: list[str] | None = None, config_dir: str | None = None) -> DictConfig:
+    """Compose conf/config.yaml with overrides exactly as `python train.py ...` would (for tools and tests)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    from scaleformer.resources import conf_dir
+
+    conf = config_dir or str(conf_dir())
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=conf, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides or [], return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.choices = group_choices(cfg.hydra.runtime.choices)
+        del cfg["hydra"]
+    return cfg
+
+
+def group_choices(choices: Any) -> dict[str, Any]:
+    """Hydra's runtime choices (group -> option) of the project's own groups, without hydra/*."""
+    return {k: v for k, v in dict(choices).items() if not str(k).startswith("hydra")}
