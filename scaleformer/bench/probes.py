@@ -17,8 +17,6 @@ from typing import Any
 
 import torch
 
-from scaleformer.runs.runtime import device_name  # noqa: F401 (the bench names its device with it)
-
 MARKERS = 16  # coverage resolution: 1/16 of the document
 
 # Dense (no sparsity) bf16 tensor-core peak in TFLOP/s, by a substring of torch.cuda.get_device_name();

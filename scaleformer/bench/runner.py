@@ -24,12 +24,13 @@ import torch
 
 from scaleformer.bench.cell import Context, measure_cell
 from scaleformer.bench.measure import MemoryProbe
-from scaleformer.bench.probes import device_name, peak_tflops
+from scaleformer.bench.probes import peak_tflops
 from scaleformer.bench.profile import Profile
 from scaleformer.bench.rows import LED, Row, SkipMethod, build_row, expand_methods
 from scaleformer.bench.shapes import Shape, attention_impl, load_shape
 from scaleformer.io import atomic_write_json
 from scaleformer.resources import package_commit
+from scaleformer.runs.runtime import device_name
 
 SCHEMA = 1
 Log = Callable[[str], None]
