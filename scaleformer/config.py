@@ -221,6 +221,9 @@ class TrainerConfig:
     enable_progress_bar: bool = runtime(True)
     do_train: bool = runtime(True)
     eval_splits: list[str] = runtime(factory=lambda: ["validation", "test"])
+    # Time, memory and FLOPs of every training step and generation pass into metrics.json's ``cost``
+    # (scaleformer.runs.cost); off by default, as it synchronises the GPU around each step.
+    measure_cost: bool = runtime(False)
     # "last": continue from this run's newest checkpoint when it has one (else start fresh);
     # a path: start from that checkpoint; null: start fresh (this run's checkpoints are replaced).
     ckpt_path: str | None = runtime("last")

@@ -42,6 +42,7 @@ class Results:
     wall_time_s: float = 0.0
     versions: dict[str, str] = field(default_factory=dict)
     patches: dict[str, str] = field(default_factory=dict)  # transformers patches: "on" or "off: why"
+    cost: dict[str, Any] = field(default_factory=dict)  # trainer.measure_cost: per-step time and memory
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -37,6 +37,7 @@ from scaleformer.runs import checkpoints, identity, runtime
 from scaleformer.runs.callbacks import ExactResume, log_metrics
 from scaleformer.runs.console import count_parameters, log_to_file, quiet, summary_table
 from scaleformer.runs.context import RunConfig, RunContext, to_config
+from scaleformer.runs.cost import CostProbe
 from scaleformer.runs.module import SummarizationModule
 from scaleformer.runs.results import Results
 from scaleformer.runs.trainer import build_trainer, instantiate_all
@@ -119,6 +120,7 @@ class Parts:
     conf: Any = None
     start: dict[str, Any] | None = None  # step and metadata of the checkpoint to start from
     crowded: dict[str, int] = field(default_factory=dict)  # per split: queries that crowd the document out
+    cost: CostProbe | None = None  # trainer.measure_cost: the step and generation costs
 
 
 def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, Any]:
@@ -146,7 +148,8 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
         world_size=int(parts.trainer.world_size), seed=ctx.cfg.seed, train_steps=step,
         train_time_s=round(train_time, 2), wall_time_s=round(time.time() - ctx.started, 2),
         versions={d: compat.installed(d) for d in ("torch", "transformers", "lightning")},
-        patches=compat.report(), splits=splits)
+        patches=compat.report(), splits=splits,
+        cost=parts.cost.record(str(parts.trainer.precision)) if parts.cost else {})
     out_dir = ctx.eval_dir(step)
     config_text = OmegaConf.to_yaml(OmegaConf.create(redact_all(OmegaConf.to_container(ctx.cfg.raw))))
     atomic_write_text(ctx.run_dir / "config.yaml", config_text)
@@ -181,7 +184,8 @@ def prepare(ctx: RunContext, ckpt: Path | None) -> Parts:
         resolve_bertscore_model(rc.metrics.bertscore)  # offline, a missing model fails now, not after training
     loggers, callbacks = instantiate_all(rc.logger, "logger"), instantiate_all(rc.callbacks, "callbacks")
     resume = ExactResume(batch_size=rc.data.batch_size)
-    trainer = build_trainer(ctx, loggers, [*callbacks, resume])
+    cost = CostProbe() if rc.trainer.measure_cost else None
+    trainer = build_trainer(ctx, loggers, [*callbacks, resume, *([cost] if cost else [])])
 
     from scaleformer.data import SummarizationDataModule
 
@@ -194,7 +198,7 @@ def prepare(ctx: RunContext, ckpt: Path | None) -> Parts:
     crowded = {s: method.crowded(dm.prefix_lengths(s)) for s in summary}
     method.check_prefix(dm.longest_prefix(), ", ".join(
         f"{n} of {summary[s]['n_examples']} {s} examples" for s, n in crowded.items() if n))
-    return Parts(tokenizer, method, described, trainer, loggers, resume, dm, conf, start, crowded)
+    return Parts(tokenizer, method, described, trainer, loggers, resume, dm, conf, start, crowded, cost)
 
 
 def build_module(ctx: RunContext, parts: Parts) -> SummarizationModule:
