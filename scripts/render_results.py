@@ -193,6 +193,34 @@ def render_table1_reading() -> str:
             f"Neither (some difference not shown, or mixed): {'; '.join(groups['mixed']) or 'none'}.")
 
 
+def render_table_qa_reading() -> str:
+    """The held-out QA test: each method's EM and F1 minus truncation's with their paired intervals; the
+    table's Holm-corrected paired tests decide the words ("above"/"below" only where they say so)."""
+    from scaleformer.artifacts.significance import MARK
+
+    spec, rows = _table("table_qa")
+    (ds,) = spec["datasets"]
+    base = spec.get("baseline", "truncation")
+    groups: dict[str, list[str]] = {"above": [], "below": [], "none": []}
+    for method in spec["methods"]:
+        got = [_row(rows, "test", method, ds, m) for m in ("exact_match", "f1")]
+        if method == base or None in got or any(r["diff_vs_baseline"] is None for r in got):
+            continue
+        said = "; ".join(f"{LABELS[m]} {_signed(r['diff_vs_baseline'])}{MARK if r['significant'] else ''} "
+                         f"[{_signed(r['diff_ci_low'])}, {_signed(r['diff_ci_high'])}]"
+                         for m, r in zip(("exact_match", "f1"), got))
+        signs = {(r["diff_vs_baseline"] > 0) - (r["diff_vs_baseline"] < 0) for r in got if r["significant"]}
+        kind = "above" if signs == {1} else "below" if signs == {-1} else "none"
+        groups[kind].append(f"{spec['method_labels'][method]} ({said})")
+    trunc = [_row(rows, "test", base, ds, m) for m in ("exact_match", "f1")]
+    n = sorted({r["n_docs"] for r in rows if r["split"] == "test" and r.get("n_docs")})
+    return (f"Held-out test questions ({'/'.join(n)}): truncation answers {_fmt(trunc[0]['ours'])} EM / "
+            f"{_fmt(trunc[1]['ours'])} F1. Each method minus truncation, with the paired 95% interval, `{MARK}` "
+            f"where the paired test finds the difference (Holm-corrected over the table). Above truncation: "
+            f"{'; '.join(groups['above']) or 'none'}. Below: {'; '.join(groups['below']) or 'none'}. No difference "
+            f"found: {'; '.join(groups['none']) or 'none'}.")
+
+
 def render_detectable(artifact: str, metric: str) -> str:
     """The smallest difference from the baseline the held-out test split could show, from its own paired
     intervals: (z_{1-0.05/(2m)} + z_{0.8}) x SE, SE = the paired interval's half-width / 1.96, m = the
@@ -279,6 +307,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "table_qa-tiny-dev": lambda: render_table("table_qa", "dev", ["exact_match", "f1"]),
     "table_qa-tiny-test": lambda: render_table("table_qa", "test", ["exact_match", "f1"]),
     "table_qa-by-window": render_qa_by_window,
+    "table_qa-tiny-reading": render_table_qa_reading,
     "table1-tiny-power": lambda: render_detectable("table1", "rouge1"),
     "table_qa-tiny-power": lambda: render_detectable("table_qa", "exact_match"),
     "selector-picks": render_selector_picks,

@@ -4,10 +4,12 @@
     scaleformer reproduce table1 --profile smoke       # seconds: grid -> runs -> rendered files
     scaleformer reproduce figure2 --render-only        # re-render from existing results
     scaleformer reproduce table1 --methods all         # the paper's rows plus every other method
+    scaleformer reproduce table1 --profile dryrun      # the paper's shapes on this machine: the cost table
 
 Profiles (experiments/*.yaml): ``paper`` launches Hydra multiruns (any launcher, e.g. SLURM);
-profiles with ``runner: local`` (``tiny``, ``smoke``) run here, one line per run and an estimate
-before starting.
+profiles with ``runner: local`` (``dryrun``, ``tiny``, ``smoke``) run here, one line per run and an
+estimate before starting. ``dryrun`` writes results/dryrun/<artifact>.{md,json}, the cost of every cell;
+``paper`` prints that estimate first and, above an hour, runs only with ``--yes``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from scaleformer.artifacts.costs import build_costs, paper_estimate
 from scaleformer.artifacts.grid import load_spec
 from scaleformer.artifacts.gridrun import launch, run_grid
 from scaleformer.artifacts.tables import build_figure, build_table
@@ -38,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", default=None,
                     help="paths.root of the runs; default: results (paper), results/<profile> (others)")
     ap.add_argument("--out-dir", default=None, help="default: the root")
+    ap.add_argument("--yes", action="store_true", help="run the paper profile even when its estimate exceeds an hour")
     args = ap.parse_args(argv)
 
     names = sorted(p.stem for p in experiments_dir().glob("*.yaml"))
@@ -60,6 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root) if args.root else base
     out_dir = Path(args.out_dir) if args.out_dir else root
     local = spec["profiles"][args.profile].get("runner") == "local" and not args.launcher
+    if args.profile == "paper" and not args.render_only:
+        hours, line = paper_estimate(args.artifact, Path("results") / "dryrun")
+        print(line, flush=True)
+        if hours is not None and hours > 1 and not args.yes:
+            print(f"error: the paper profile of {args.artifact} is estimated at {hours:,.0f} h; pass --yes to run it",
+                  file=sys.stderr)
+            return 2
     if not args.render_only and local:
         problems = run_grid(spec, args.profile, root, force=args.force, methods=args.methods)
     elif not args.render_only:
@@ -71,8 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         for p in problems:
             print(f"  {p}", file=sys.stderr)
     build = build_figure if "sweeps" in spec else build_table
-    for kind, p in build(spec, args.profile, root, out_dir, methods=args.methods).items():
+    costs = bool(spec["profiles"][args.profile].get("cost_table"))
+    # A dry run's scores come from random weights: its score table is a check of the path, kept apart.
+    for kind, p in build(spec, args.profile, root, out_dir / "scores" if costs else out_dir,
+                         methods=args.methods).items():
         print(f"wrote {kind}: {p}")
+    if costs:
+        for kind, p in build_costs(spec, args.profile, root, out_dir, methods=args.methods).items():
+            print(f"wrote cost table ({kind}): {p}")
     return 1 if problems else 0
 
 

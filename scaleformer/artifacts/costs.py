@@ -1,0 +1,248 @@
+"""An artifact's cost table: what each cell of its dry run measured, and what the full profile would cost.
+
+The dry run (profile ``dryrun`` of every spec) trains each cell for three micro-batches at the paper's
+shapes with ``trainer.measure_cost`` on (:mod:`scaleformer.runs.cost`): a warm-up whose FLOPs are
+counted, a timed step as configured, and for chunked methods a step with ``method.checkpoint_chunks``.
+It generates for one evaluation document with the paper's beams and ``max_new_tokens``. From those:
+
+- seconds per micro-batch, training peak memory (with and without ``checkpoint_chunks``), generation
+  seconds per document and its peak, at the measured length;
+- at the paper's length, where the profile measured a shorter one (``paper_input_tokens``: BookSum's
+  140k-token books do not fit a 24 GiB CPU machine without chunk checkpointing): time and the memory
+  above the step's starting point scale linearly with the input for methods whose encoder-side
+  length grows with it (recorded per run as ``length_scaling``), and stay as measured for the others
+  (truncation reads its window whatever the length). Linear is an upper bound for generation, whose
+  decoder work per token only partly grows with the input;
+- the full profile's time for the cell: micro-batches x step time + documents generated (validation
+  during training, then the evaluation splits: ``paper_eval_docs``) x seconds per document, with the
+  arithmetic written out; the trainer's numbers come from composing the paper profile's own config;
+- whether the training peak fits a 24/40/80 GB device;
+- on CPU, GPU-hours for training from the counted FLOPs at 25-50% of an H100's dense bf16 peak (an
+  assumption, said so in the table); on a GPU, what it measured, and nothing assumed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from scaleformer.artifacts.grid import Cell, check_profile, column_label, expand_grid, resolve_run_ids
+from scaleformer.artifacts.tables import collect, provenance
+from scaleformer.compose import compose_config
+from scaleformer.io import atomic_write_text
+
+GB = 1e9
+DEVICES_GB = (24, 40, 80)
+H100_BF16_TFLOPS = 989.4  # dense, SXM5 datasheet (scaleformer.bench.probes.PEAK_BF16_TFLOPS)
+MFU = (0.25, 0.50)  # assumed share of that peak a training step reaches: the GPU-hour range
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _at(step: dict[str, Any], scale: float) -> float | None:
+    """A step's peak memory at ``scale`` times its input: what it started with, plus its growth scaled."""
+    peak, base = step.get("mem_peak_bytes"), step.get("base_bytes")
+    if peak is None:
+        return None
+    return peak if base is None or scale == 1 else base + (peak - base) * scale
+
+
+def document_tokens(result: Any) -> float | None:
+    """The mean length of the run's documents before any truncation (the data summary, all splits)."""
+    splits = [v for v in (result.data.get("summary") or {}).values() if v.get("n_examples")]
+    n = sum(v["n_examples"] for v in splits)
+    return sum(v["input_tokens_mean"] * v["n_examples"] for v in splits) / n if n else None
+
+
+def decode_ratio(model: dict[str, int], tokens: float, paper: float) -> float:
+    """How much longer a decoding step takes when the decoder reads ``paper`` instead of ``tokens``
+    encoder states: FLOPs per generated token, 2 x decoder parameters + 4 x states x d_model x layers
+    (cross-attention's scores and sum)."""
+    if not model or paper == tokens:
+        return 1.0
+    fixed, per_state = 2 * model["decoder_params"], 4 * model["d_model"] * model["decoder_layers"]
+    return (fixed + per_state * paper) / (fixed + per_state * tokens)
+
+
+def grown(share: float, scale: float) -> float:
+    """How much a step grows when its input grows ``scale`` times and ``share`` of it grows with the input."""
+    return 1.0 - share + share * scale
+
+
+def measured(result: Any, paper_cap: int | None = None) -> dict[str, Any] | None:
+    """One cell's costs from its ``metrics.json``, at the measured length and at the paper's (its documents'
+    own length, capped at the paper profile's ``data.max_input_tokens``); None when nothing was measured."""
+    cost = result.cost or {}
+    steps = cost.get("train_steps") or []
+    if not steps:
+        return None
+    timed = steps[1:] or steps  # the warm-up is timed only when nothing else was
+    plain = [s for s in timed if not s["checkpoint_chunks"]]
+    ckpt = [s for s in timed if s["checkpoint_chunks"]]
+    tokens = statistics.mean(s["input_tokens"] for s in timed)
+    linear = cost.get("length_scaling", "linear") == "linear"
+    full = document_tokens(result) or tokens
+    paper = min(full, paper_cap) if paper_cap else full
+    scale = paper / tokens if linear and paper > tokens else 1.0
+    # The encoder's share of a step (forward + backward = 3 x its forward; 4 x when recomputed) grows with
+    # the input; the decoder's and the optimiser's do not. Memory growth is scaled by the same shares.
+    total, enc = steps[0].get("flops"), steps[0].get("encoder_forward_flops")
+    share = min(1.0, 3 * enc / total) if total and enc is not None else 1.0
+    share_ckpt = min(1.0, 4 * enc / (total + enc)) if total and enc is not None else 1.0
+    f, f_ckpt = grown(share, scale), grown(share_ckpt, scale)
+    gen = cost.get("generate") or []
+    docs = sum(int(m.get("n_examples") or 0) for m in result.splits.values())
+    # the tokens evaluation read (after the dry run's truncation), per document
+    read = sum(float(m.get("input_tokens_per_s") or 0) * float(m.get("generation_time_s") or 0)
+               for m in result.splits.values()) / max(docs, 1)
+    gen_scale = paper / read if linear and read and paper > read else 1.0
+    gen_s = None
+    if gen and docs:
+        encode = sum(g.get("encode_s", 0.0) for g in gen)
+        decode = sum(g["time_s"] for g in gen) - encode
+        gen_s = (encode * gen_scale + decode * decode_ratio(cost.get("model") or {}, read, read * gen_scale)) / docs
+    peaks = [_at(g, gen_scale) for g in gen if g.get("mem_peak_bytes") is not None]
+    return {
+        "device": cost.get("device", "cpu"), "precision": cost.get("precision"), "memory": cost.get("memory"),
+        "tokens": round(tokens), "paper_tokens": round(paper), "scale": round(scale, 3),
+        "length_scaling": "linear" if linear else "bounded", "encoder_share": round(share, 3),
+        "step_s": None if not plain else _median([s["time_s"] for s in plain]) * f,
+        "step_ckpt_s": None if not ckpt else _median([s["time_s"] for s in ckpt]) * f_ckpt,
+        "train_peak_gb": None if not plain else max(_at(s, f) or 0 for s in plain) / GB,
+        "train_peak_ckpt_gb": None if not ckpt else max(_at(s, f_ckpt) or 0 for s in ckpt) / GB,
+        "flops_step": None if total is None else total * f,
+        "gen_s_doc": gen_s, "gen_peak_gb": max(peaks) / GB if peaks else None,
+    }
+
+
+def paper_plan(spec: dict[str, Any], cell: Cell) -> dict[str, Any] | None:
+    """The paper profile's training and evaluation sizes for a dry-run cell, from its composed config."""
+    if not spec["profiles"].get("paper"):
+        return None
+    same = [c for c in expand_grid(spec, "paper") if (c.key, c.method, c.value) == (cell.key, cell.method, cell.value)]
+    if not same:
+        return None
+    cfg = compose_config(same[0].overrides)
+    t = cfg.trainer
+    micro = int(t.max_steps) * int(t.accumulate_grad_batches)
+    every, limit = t.get("val_check_interval"), t.get("limit_val_batches")
+    rounds = int(t.max_steps) // int(every) if isinstance(every, int) and every > 0 else 0
+    val_docs = rounds * int(limit) if isinstance(limit, int) and not isinstance(limit, bool) else 0
+    docs = check_profile(spec, "dryrun").get("paper_eval_docs", 0)
+    eval_docs = int(docs.get(cell.key, 0) if isinstance(docs, dict) else docs)
+    return {"steps": int(t.max_steps), "accumulate": int(t.accumulate_grad_batches), "micro_batches": micro,
+            "val_rounds": rounds, "val_docs": val_docs, "eval_docs": eval_docs,
+            "max_input_tokens": cfg.data.get("max_input_tokens")}
+
+
+def estimate(m: dict[str, Any], plan: dict[str, Any] | None) -> dict[str, Any]:
+    """The full profile's seconds for a cell, its arithmetic, and (from CPU FLOPs) GPU-hours of training."""
+    if plan is None or m["step_s"] is None:
+        return {"total_s": None, "arithmetic": "no paper profile" if plan is None else "no timed step"}
+    train = plan["micro_batches"] * m["step_s"]
+    docs = plan["val_docs"] + plan["eval_docs"]
+    gen = docs * (m["gen_s_doc"] or 0.0)
+    out = {"total_s": train + gen, "train_s": train, "gen_s": gen, "arithmetic": (
+        f"{plan['steps']:,} steps x {plan['accumulate']} micro-batches x {m['step_s']:.1f} s"
+        f" + ({plan['val_rounds']} x {plan['val_docs'] // max(plan['val_rounds'], 1)} validation"
+        f" + {plan['eval_docs']:,} evaluation) docs x {m['gen_s_doc'] or 0:.1f} s"
+        f" = {(train + gen) / 3600:,.0f} h")}
+    if m["device"] == "cpu" and m["flops_step"]:
+        flops = plan["micro_batches"] * m["flops_step"]
+        out["gpu_train_h"] = [flops / (H100_BF16_TFLOPS * 1e12 * u) / 3600 for u in reversed(MFU)]
+    return out
+
+
+def cost_rows(spec: dict[str, Any], profile: str, cells: list[Cell], got: Any) -> list[dict[str, Any]]:
+    rows = []
+    for c in cells:
+        r = got.results.get((c.key, c.method, c.value, c.seed))
+        plan = paper_plan(spec, c)
+        m = measured(r, plan and plan["max_input_tokens"]) if r else None
+        if m is None:
+            continue
+        where = f"{spec['sweeps'][c.key]['key']}={c.value}" if "sweeps" in spec else column_label(spec, profile, c.key)
+        rows.append({"method": c.method, "column": where, "run_id": c.run_id, **m, "plan": plan, **estimate(m, plan)})
+    return rows
+
+
+def _g(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "–" if x is None else fmt.format(x)
+
+
+def _fits(gb: float | None) -> str:
+    return "–" if gb is None else "/".join("yes" if gb <= d else "no" for d in DEVICES_GB)
+
+
+def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str) -> str:
+    device = rows[0]["device"] if rows else "cpu"
+    lines = [f"# {spec['artifact']}: cost of the paper profile, from the dry run ({device})", "",
+             f"Measured per cell: {rows[0]['memory'] if rows else ''}, precision {rows[0]['precision'] if rows else ''}. "
+             "Where the dry run read shorter documents than the paper (tokens a -> b), time and memory growth "
+             "are scaled linearly to the paper's length (module docstring of scaleformer.artifacts.costs).", "",
+             "| Method | Column | Tokens | s/step | s/step ckpt | Train peak GB | ckpt GB | Gen s/doc | Gen peak GB "
+             f"| Fits {'/'.join(map(str, DEVICES_GB))} GB | ckpt fits | Paper profile h | GPU h (train, H100) |",
+             "|" + "---|" * 13]
+    for r in rows:
+        tokens = f"{r['tokens']:,}" + (f" -> {r['paper_tokens']:,}" if r["scale"] != 1 else "")
+        gpu = "–" if not r.get("gpu_train_h") else f"{r['gpu_train_h'][0]:.1f}-{r['gpu_train_h'][1]:.1f}"
+        lines.append(f"| {r['method']} | {r['column']} | {tokens} | {_g(r['step_s'])} | {_g(r['step_ckpt_s'])} "
+                     f"| {_g(r['train_peak_gb'])} | {_g(r['train_peak_ckpt_gb'])} | {_g(r['gen_s_doc'])} "
+                     f"| {_g(r['gen_peak_gb'])} | {_fits(r['train_peak_gb'])} | {_fits(r['train_peak_ckpt_gb'])} "
+                     f"| {_g(None if r['total_s'] is None else r['total_s'] / 3600, '{:,.0f}')} | {gpu} |")
+    total = [r["total_s"] for r in rows if r["total_s"] is not None]
+    gpu = [r["gpu_train_h"] for r in rows if r.get("gpu_train_h")]
+    lines += ["", "Arithmetic per cell (the paper profile's trainer, composed from its config):", ""]
+    lines += [f"- {r['method']} on {r['column']}: {r['arithmetic']}" for r in rows]
+    if total:
+        lines += ["", f"Whole table on this {device}: {sum(total) / 3600:,.0f} h."]
+    if gpu:
+        lines += [f"Training on one H100, estimated from the counted FLOPs at {int(MFU[1] * 100)}-{int(MFU[0] * 100)}% "
+                  f"of its {H100_BF16_TFLOPS} TFLOP/s dense bf16 peak (an assumption, not a measurement): "
+                  f"{sum(g[0] for g in gpu):,.0f}-{sum(g[1] for g in gpu):,.0f} GPU-hours. Generation on a GPU: "
+                  "not measured."]
+    if device == "cpu":
+        lines += ["", "GPU rows: not measured (no GPU was lent to this run). Memory is the CPU process's fp32 peak, "
+                  "Python and libraries included; bf16 autocast on a GPU stores smaller activations."]
+    return "\n".join([*lines, "", prov, ""])
+
+
+def build_costs(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
+                methods: str | list[str] | None = None) -> dict[str, Path]:
+    """Write ``<artifact>.md/.json`` (``-gpu`` when measured on a GPU) from the dry run's results files."""
+    cells = [c for c in expand_grid(spec, profile, methods) if c.available]
+    resolve_run_ids(cells, root)
+    got = collect(cells, lambda key: column_label(spec, profile, key))
+    rows = cost_rows(spec, profile, cells, got)
+    suffix = "-gpu" if rows and rows[0]["device"] != "cpu" else ""
+    name = f"{spec['artifact']}{suffix}"
+    prov = provenance(got)
+    record = {"artifact": spec["artifact"], "profile": profile, "assumptions": {
+        "h100_bf16_tflops": H100_BF16_TFLOPS, "mfu_range": list(MFU), "devices_gb": list(DEVICES_GB)},
+        "rows": rows, "total_h": sum(r["total_s"] or 0 for r in rows) / 3600, "provenance": prov}
+    return {"md": atomic_write_text(out_dir / f"{name}.md", render_markdown(spec, rows, prov)),
+            "json": atomic_write_text(out_dir / f"{name}.json", json.dumps(record, indent=1) + "\n")}
+
+
+def paper_estimate(artifact: str, folder: Path) -> tuple[float | None, str]:
+    """(hours, one line) for the paper profile, from the committed cost table (a GPU's when there is one)."""
+    for name in (f"{artifact}-gpu.json", f"{artifact}.json"):
+        path = folder / name
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        rows = record.get("rows") or []
+        hours = float(record.get("total_h") or 0)
+        device = rows[0].get("device", "?") if rows else "?"
+        gpu = [r["gpu_train_h"] for r in rows if r.get("gpu_train_h")]
+        extra = (f"; training on one H100 ~{sum(g[0] for g in gpu):,.0f}-{sum(g[1] for g in gpu):,.0f} GPU-h by FLOPs "
+                 f"at {int(MFU[1] * 100)}-{int(MFU[0] * 100)}% of peak (generation not measured)") if gpu else ""
+        return hours, (f"estimate for {artifact} (paper profile), from the dry run on {device} ({path}): "
+                       f"{hours:,.0f} h as measured there{extra}")
+    return None, (f"no cost table for {artifact} at {folder}/{artifact}.json: `make {artifact} PROFILE=dryrun` "
+                  "measures one; starting without an estimate")

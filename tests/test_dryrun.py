@@ -1,0 +1,128 @@
+"""The dry run: cost measured inside a run (scaleformer.runs.cost), one cell at BART-base's real shape,
+and the cost table's arithmetic (scaleformer.artifacts.costs)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import compose
+
+from scaleformer.artifacts import costs
+from scaleformer.artifacts.grid import expand_grid, load_spec
+from scaleformer.resources import experiments_dir
+from scaleformer.runs.results import Results
+from scaleformer.runs.run import run
+
+SPECS = ("table1", "table2", "figure2", "table_qa")
+
+
+def _cell(artifact: str, key: str, method: str):
+    spec = load_spec(experiments_dir() / f"{artifact}.yaml")
+    return spec, next(c for c in expand_grid(spec, "dryrun") if c.key == key and c.method == method)
+
+
+@pytest.mark.parametrize("artifact", SPECS)
+def test_every_spec_has_a_dryrun_profile_at_the_papers_shapes(artifact):
+    spec = load_spec(experiments_dir() / f"{artifact}.yaml")
+    prof = spec["profiles"]["dryrun"]
+    assert spec["backbone"]["dryrun"] in ("bart_base_shape", "t5_base_shape")
+    assert prof["cost_table"] is True and "++trainer.measure_cost=true" in prof["overrides"]
+    cells = expand_grid(spec, "dryrun")
+    assert cells and all(c.train_from is None for c in cells)  # each column's own training is measured
+    cfg = compose(cells[0].overrides)
+    assert cfg.trainer.max_steps == 3 and cfg.trainer.accumulate_grad_batches == 1
+    assert cfg.generation.num_beams == 4 and len(cfg.trainer.eval_splits) == 1 and cfg.data.max_eval_examples == 1
+
+
+def test_one_dryrun_cell_at_bart_base_shape(tmp_path):
+    """BART-base's architecture (random weights), a GovReport-shaped document read past 1,024 positions by
+    SLED, one training step and a 4-beam generation; the cost record and the cost table's row from it."""
+    spec, cell = _cell("table1", "govreport", "sled")
+    out = run(compose([*cell.overrides, f"paths.root={tmp_path}", "trainer.max_steps=1", "data.max_input_tokens=1100",
+                       "data.max_target_tokens=16", "data.synthetic_docs.train=2", "generation.max_new_tokens=4"]))
+    assert out["backbone"]["name"] == "bart_base_shape"
+    cost = out["cost"]
+    assert cost["model"]["d_model"] == 768 and cost["model"]["decoder_layers"] == 6
+    (step,) = cost["train_steps"]
+    assert step["warmup"] and step["input_tokens"] == 1100 and step["time_s"] > 0
+    # at least the encoder's linear layers, forward and backward: 6 x 6 layers x 7.08M weights x 2 chunks x 1024
+    assert step["flops"] > 6 * 6 * 7_080_000 * 2048
+    assert step["mem_peak_bytes"] > 139_000_000 * 4 * 2  # fp32 weights and gradients at least
+    (gen,) = cost["generate"]
+    assert 0 < gen["encode_s"] < gen["time_s"]
+    row = costs.measured(Results.from_dict(out), paper_cap=16384)
+    assert row["paper_tokens"] > 1100 and row["scale"] == pytest.approx(row["paper_tokens"] / 1100, rel=1e-3)
+    assert 0.5 < row["encoder_share"] < 1  # 2 chunks of 1,024 positions against 16 target tokens
+    assert step["encoder_forward_flops"] * 3 < step["flops"]
+    assert row["step_s"] == pytest.approx(step["time_s"] * costs.grown(row["encoder_share"], row["scale"]), rel=1e-3)
+    plan = costs.paper_plan(spec, cell)
+    assert plan["micro_batches"] == 20000 * 8 and plan["eval_docs"] == 972 + 973 and plan["max_input_tokens"] == 16384
+    est = costs.estimate(row, plan)
+    docs = plan["val_docs"] + plan["eval_docs"]
+    assert est["total_s"] == pytest.approx(plan["micro_batches"] * row["step_s"] + docs * row["gen_s_doc"])
+
+
+def _result(steps, generate=(), scaling="linear", summary_tokens=4000.0, read=1000.0):
+    return Results(
+        data={"summary": {"train": {"n_examples": 4, "input_tokens_mean": summary_tokens}}},
+        splits={"test": {"n_examples": 1, "generation_time_s": 10.0, "input_tokens_per_s": read / 10.0}},
+        cost={"device": "cpu", "length_scaling": scaling, "train_steps": steps, "generate": list(generate),
+              "model": {"d_model": 8, "decoder_layers": 2, "decoder_params": 1000}})
+
+
+def _step(t, peak, base, ckpt=False, tokens=1000, flops=None):
+    return {"time_s": t, "mem_peak_bytes": peak, "base_bytes": base, "input_tokens": tokens,
+            "checkpoint_chunks": ckpt, "flops": flops}
+
+
+def test_costs_scale_time_and_memory_growth_per_chunk_and_keep_bounded_methods():
+    steps = [_step(9.0, 5e9, 1e9, flops=100), _step(2.0, 5e9, 3e9), _step(3.0, 4e9, 3e9, ckpt=True)]
+    gen = [{"time_s": 10.0, "encode_s": 4.0, "mem_peak_bytes": 2e9, "base_bytes": 1e9}]
+    m = costs.measured(_result(steps, gen))
+    assert m["scale"] == 4.0 and m["paper_tokens"] == 4000
+    assert m["step_s"] == 8.0 and m["step_ckpt_s"] == 12.0  # the warm-up (9 s) is not a timed step
+    assert m["train_peak_gb"] == pytest.approx((3e9 + 2e9 * 4) / 1e9)
+    assert m["train_peak_ckpt_gb"] == pytest.approx((3e9 + 1e9 * 4) / 1e9)
+    assert m["flops_step"] == 400
+    # encoding x 4; decoding by FLOPs per token: (2 x 1000 + 4 x 8 x 2 x 4000) / (2 x 1000 + 4 x 8 x 2 x 1000)
+    assert m["gen_s_doc"] == pytest.approx(4.0 * 4 + 6.0 * (2000 + 256000) / (2000 + 64000))
+    capped = costs.measured(_result(steps, gen), paper_cap=2000)
+    assert capped["scale"] == 2.0
+    bounded = costs.measured(_result(steps, gen, scaling="bounded"))
+    assert bounded["scale"] == 1.0 and bounded["step_s"] == 2.0 and bounded["gen_s_doc"] == 10.0
+    assert costs.measured(_result([])) is None
+    # Only the encoder's share grows: 3 x 20 of 100 FLOPs (4 x 20 of 120 when the chunks are recomputed)
+    steps[0]["encoder_forward_flops"] = 20
+    shared = costs.measured(_result(steps, gen))
+    assert shared["encoder_share"] == 0.6
+    assert shared["step_s"] == pytest.approx(2.0 * (0.4 + 0.6 * 4))
+    assert shared["step_ckpt_s"] == pytest.approx(3.0 * (1 / 3 + 2 / 3 * 4))
+    assert shared["train_peak_gb"] == pytest.approx((3e9 + 2e9 * 2.8) / 1e9)
+    assert shared["flops_step"] == pytest.approx(100 * 2.8)
+
+
+def test_estimate_writes_its_arithmetic_and_gpu_hours_from_flops():
+    m = {"step_s": 2.0, "gen_s_doc": 5.0, "device": "cpu", "flops_step": 1e12}
+    plan = {"steps": 100, "accumulate": 2, "micro_batches": 200, "val_rounds": 2, "val_docs": 20, "eval_docs": 30}
+    est = costs.estimate(m, plan)
+    assert est["total_s"] == 200 * 2.0 + 50 * 5.0
+    assert "100 steps x 2 micro-batches x 2.0 s + (2 x 10 validation + 30 evaluation) docs x 5.0 s" in est["arithmetic"]
+    low, high = est["gpu_train_h"]
+    assert low == pytest.approx(200e12 / (costs.H100_BF16_TFLOPS * 1e12 * 0.5) / 3600)
+    assert high == pytest.approx(2 * low)
+    assert costs.estimate(m, None)["total_s"] is None
+
+
+def test_paper_profile_asks_for_yes_above_an_hour(tmp_path, capsys, monkeypatch):
+    from scaleformer.cli import reproduce
+
+    folder = tmp_path / "results" / "dryrun"
+    folder.mkdir(parents=True)
+    (folder / "table1.json").write_text('{"rows": [{"device": "cpu"}], "total_h": 5000.0}')
+    monkeypatch.chdir(tmp_path)
+    launched = []
+    monkeypatch.setattr(reproduce, "launch", lambda *a, **k: launched.append(1) or ([], []))
+    assert reproduce.main(["table1"]) == 2
+    err = capsys.readouterr()
+    assert "5,000 h" in err.out and "pass --yes" in err.err and not launched
+    monkeypatch.setattr(reproduce, "build_table", lambda *a, **k: {})
+    assert reproduce.main(["table1", "--yes"]) == 0 and launched
