@@ -1,5 +1,11 @@
 """Composing the Hydra config as ``python train.py ...`` would: the schemas registered, the project's
-group choices recorded (for tools, tests and the train command)."""
+group choices recorded (for tools, tests and the train command).
+
+Each registered method's config dataclass is stored as ``method/<name>_schema``: a method's YAML names it
+first in its defaults list and holds only what differs from the dataclass, so every default and its
+reason live once, in the method's module (and keys or types a dataclass does not have stop composition).
+This module sits above the methods for that reason.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, open_dict
 
 from scaleformer.config import Config
+from scaleformer.methods import REGISTRY
 
 
 def register_configs() -> None:
@@ -16,6 +23,8 @@ def register_configs() -> None:
 
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
+    for name, method in REGISTRY.items():
+        cs.store(group="method", name=f"{name}_schema", node=method.Config)
 
 
 def compose_config(overrides: list[str] | None = None, config_dir: str | None = None) -> DictConfig:

@@ -23,9 +23,10 @@ PKG = ROOT / "scaleformer"
 # Layers, bottom first: a module may import its own layer and the ones below, never above.
 LAYERS = [
     {"errors", "io", "progress", "resources"},
-    {"config", "compose"},
+    {"config"},
     {"ops"},
     {"methods"},
+    {"compose"},  # registers each method's dataclass as its YAML's schema
     {"model"},
     {"data"},
     {"metrics"},

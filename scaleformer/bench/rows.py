@@ -58,6 +58,10 @@ def _hydra(conf_root: str | Path) -> Iterator[None]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    from scaleformer.compose import register_configs
+
+    register_configs()  # the method options build on their dataclasses (method/<name>_schema)
+
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(Path(conf_root).resolve()), version_base="1.3"):
         yield

@@ -57,8 +57,11 @@ class ChunkedConfig(MethodConfig):
     # Training: recompute each encoder micro-batch in backward (activation checkpointing per micro-batch)
     # instead of keeping every chunk's activations; the same numbers (random state restored), more time.
     checkpoint_chunks: bool = False
-    # False: chunks are raw slices of the tokenized document (SLED). True: each chunk is wrapped in the
-    # backbone's specials (BART <s>..</s>, T5 ..</s>), content shrinks by their count.
+    # False: chunks are raw slices of the tokenized document, as SLED: no token budget spent on per-chunk
+    # specials, and the decoder sees the document's own <s>..</s> once (ScaleFormer's boundaries are then
+    # content tokens except at the document's edges). True: each chunk is wrapped in the backbone's
+    # specials (BART <s>..</s>, T5 ..</s>), content shrinks by their count, and ScaleFormer's boundaries
+    # are those specials.
     chunk_special_tokens: bool = False
 
     RUNTIME_KEYS: ClassVar[tuple[str, ...]] = ("encoder_batch_size", "checkpoint_chunks")

@@ -26,7 +26,9 @@ from scaleformer.ops.chunking import KEEP_RULES, ChunkLayout, keep_spans
 @dataclass
 class SledConfig(ChunkedConfig):
     name: str = "sled"
-    # Which chunk passes each token on: "sled" (SLED's _window_indices) or "centre" (midpoint of every overlap).
+    # Which chunk passes each token on. "sled" (SLED's _window_indices): the first chunk keeps its start,
+    # middle chunks their centre (O/2 dropped each side), the last chunk from the previous chunk's kept end
+    # to the document end. "centre": every overlap, the last one too, split at its midpoint.
     keep_rule: str = "sled"
 
     def __post_init__(self) -> None:

@@ -66,13 +66,18 @@ TRAINING_MODES = ("standard", "random_encoded", "retrieval", "alternating")
 
 @dataclass
 class UnlimiformerConfig(SledConfig):
+    """Defaults as abertsch72/unlimiformer (src/run.py UnlimiformerArguments, src/unlimiformer.py)."""
+
     name: str = "unlimiformer"
     # The reference's default chunk overlap is half a chunk (unlimiformer_chunk_overlap=0.5).
     overlap: int = 512
     # Keys retrieved per query and head; None = the backbone's max positions (the reference's window).
     k: int | None = None
     # Decoder layers that retrieve, [start, end) (negatives count from the end); None = all (the reference).
+    # The others, and every layer at the first decoding step, attend to the truncated input as one window.
     layers: list[int] | None = None
+    # "standard" (the reference's default: train like truncation, retrieve at test), or the paper's
+    # long-range training: "random_encoded", "retrieval", "alternating".
     training_mode: str = "standard"
 
     def __post_init__(self) -> None:
