@@ -151,17 +151,18 @@ class RunContext:
     checkpoint_dir: Path | None
     training_hash: str
     evaluation_hash: str
+    training_identity: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
 
     @classmethod
     def create(cls, rc: RunConfig, started: float | None = None) -> RunContext:
-        for key, value in (("paths.root", rc.paths.root), ("paths.run_dir", identity.run_dir(rc)),
-                           ("paths.cache", rc.data.cache_dir)):
-            check_path_length(key, str(value))
+        """From :func:`to_config`'s result, which checked the root and cache paths and named the run."""
+        check_path_length("paths.run_dir", str(identity.run_dir(rc)))
+        ident = rc.training_identity if rc.training_identity is not None else identity.training_identity(rc)
         return cls(cfg=rc, run_id=str(rc.paths.run_id), run_dir=identity.run_dir(rc),
                    checkpoint_dir=checkpoint_callback_dir(rc.callbacks),
                    training_hash=identity.training_hash(rc), evaluation_hash=identity.evaluation_hash(rc),
-                   started=started if started is not None else time.time())
+                   training_identity=ident, started=started if started is not None else time.time())
 
     def eval_dir(self, step: int) -> Path:
         """Folder of one evaluation: the weights' step and the evaluation identity."""

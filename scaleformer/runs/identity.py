@@ -94,7 +94,7 @@ def evaluation_identity(rc: RunConfig) -> dict[str, Any]:
 
 
 def training_hash(rc: RunConfig) -> str:
-    return _digest(training_identity(rc))
+    return _digest(rc.training_identity if rc.training_identity is not None else training_identity(rc))
 
 
 def evaluation_hash(rc: RunConfig) -> str:
@@ -120,7 +120,9 @@ def run_id(rc: RunConfig) -> str:
 
 
 def fill_run_paths(rc: RunConfig, cfg: DictConfig) -> RunConfig:
-    """Set ``paths.run_id``/``paths.run_dir`` and re-resolve what interpolates them (loggers, callbacks)."""
+    """Set ``paths.run_id``/``paths.run_dir`` and re-resolve what interpolates them (loggers, callbacks);
+    the training identity is computed here, once (the paths it fills are not part of it)."""
+    rc.training_identity = training_identity(rc)
     rid = run_id(rc)
     run_dir = rc.paths.run_dir or str(Path(rc.paths.runs) / rid)
     filled = cfg.copy()

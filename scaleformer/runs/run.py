@@ -275,7 +275,7 @@ def claim_run_folder(ctx: RunContext, ckpt: Path | None) -> Path | None:
     (``trainer.ckpt_path=null``) or a fine-tune from an explicit checkpoint takes the folder over, moving
     the earlier checkpoints aside (never deleting them). Returns the checkpoint to start from."""
     rc = ctx.cfg
-    ours = identity.training_identity(rc)
+    ours = ctx.training_identity
     owner = identity.read_owner(ctx.run_dir)
     theirs_hash = owner["training_hash"] if owner else None
     if theirs_hash is None and ckpt is not None and rc.trainer.ckpt_path == "last":  # a folder from before the record

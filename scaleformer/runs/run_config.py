@@ -14,6 +14,9 @@ class RunConfig(Config):
     typed by their own schemas, and ``raw``, the resolved DictConfig saved with the results."""
 
     raw: Any = None
+    # The settings that determine the weights (scaleformer.runs.identity): computed once, as the run's
+    # name is made, and read from here by everything after (its hash, the run folder's owner record).
+    training_identity: dict[str, Any] | None = None
 
     @property
     def method_option(self) -> str:
