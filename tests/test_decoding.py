@@ -13,7 +13,7 @@ import torch
 from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
-from scaleformer.methods import BackboneSpec, build_method, method_config
+from scaleformer.methods import REGISTRY, BackboneSpec, build_method, method_config
 from scaleformer.ops import decoding
 
 pytestmark = pytest.mark.compat  # run on other transformers releases by `make test-compat`
@@ -22,17 +22,11 @@ BART = BackboneSpec(max_positions=128, pad_id=1, prefix_ids=(0,), suffix_ids=(2,
                     n_encoder_layers=2, n_decoder_layers=2)
 T5 = BackboneSpec(max_positions=128, pad_id=0, prefix_ids=(), suffix_ids=(1,), d_model=32,
                   n_encoder_layers=2, n_decoder_layers=2)
-SMALL = {"chunk_size": 48, "overlap": 12}
-# Every method family: stock cross-attention (truncation, SLED, ScaleFormer, MASFormer) and the patched
-# retrieval layers (Unlimiformer with a k below the datastore size, Memorizing's gated layer).
-METHODS = [
-    ("truncation", {}),
-    ("sled", SMALL),
-    ("scaleformer", {**SMALL, "middle_tokens": 8}),
-    ("unlimiformer", {**SMALL, "overlap": 24, "k": 16}),
-    ("memorizing", {**SMALL, "overlap": 24, "k": 8}),
-    ("masformer", {"max_length": 512, "block_size": 32, "full_layers": 1}),
-]
+# Every registered method, with the settings it declares for these backbones (Method.small_settings):
+# stock cross-attention (truncation, SLED, ScaleFormer, the span methods) and the patched retrieval
+# layers (Unlimiformer, Memorizing's gated layer). A method added to the registry joins the matrix.
+METHODS = [(name, dict(cls.small_settings)) for name, cls in sorted(REGISTRY.items())]
+SMALL = REGISTRY["sled"].small_settings
 
 
 def tiny(arch: str):

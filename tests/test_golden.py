@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 from conftest import compose
 
+from scaleformer.methods import REGISTRY
 from scaleformer.runs.run import run
 
 GOLDEN = Path(__file__).parent / "golden" / "runs.json"
@@ -51,8 +52,8 @@ CASES = {
 
 # Methods whose encoder side is pinned: what the decoder sees (shape, sums) and the teacher-forced
 # loss. Input-sensitive, unlike the predictions of a few-step run of a weak model.
-ENCODE_CASES = [("tiny_bart_reader", m) for m in ("truncation", "sled", "scaleformer", "scaleformer_middle",
-                                                 "unlimiformer", "memorizing", "masformer")] + [
+# Every registered method is pinned (a method added to the registry needs its golden and its mutation).
+ENCODE_CASES = [("tiny_bart_reader", m) for m in (*sorted(REGISTRY), "scaleformer_middle")] + [
     ("tiny_t5_reader", "scaleformer_middle"), ("tiny_t5_reader", "unlimiformer")]
 
 # One small change per case that a refactor could make by accident; each golden must catch its own.
@@ -69,6 +70,9 @@ MUTATIONS = {
     "encode:tiny_bart_reader-unlimiformer": ["method.k=1023"],
     "encode:tiny_bart_reader-memorizing": ["method.k=31"],
     "encode:tiny_bart_reader-masformer": ["method.block_size=1000"],
+    "encode:tiny_bart_reader-block_attention": ["method.block_size=1000"],
+    "encode:tiny_bart_reader-sliding_window": ["method.window=500"],
+    "encode:tiny_bart_reader-full_attention": ["method.max_length=2000"],
     "encode:tiny_t5_reader-scaleformer_middle": ["method.alpha=0.49"],
     "encode:tiny_t5_reader-unlimiformer": ["method.k=1023"],
 }

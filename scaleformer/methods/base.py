@@ -82,6 +82,9 @@ class Method(ABC):
     # Patches of transformers internals the method cannot exist without (names in compat.PATCHES):
     # checked when the method is built, before any data or weights.
     requires: ClassVar[tuple[str, ...]] = ()
+    # Settings that fit the test backbones (128 positions, 2 layers, d_model 32): the decoding, GPU and
+    # golden matrices run every registered method with them, a researcher's own included.
+    small_settings: ClassVar[dict[str, Any]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

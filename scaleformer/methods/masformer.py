@@ -177,6 +177,7 @@ class MasformerConfig(SpanConfig):
 
 class Masformer(SpanMethod):
     name = "masformer"
+    small_settings = {"max_length": 512, "block_size": 32, "full_layers": 1}
     Config = MasformerConfig
     cfg: MasformerConfig
     formula = f"C = l*n^2 + (L-l)*{_BLOCK}  (= (L-l)*b*n + l*n^2 when b divides n)"
@@ -201,6 +202,7 @@ class BlockAttentionConfig(SpanConfig):
 
 class BlockAttention(SpanMethod):
     name = "block_attention"
+    small_settings = {"max_length": 512, "block_size": 32}
     Config = BlockAttentionConfig
     cfg: BlockAttentionConfig
     formula = f"C = L*{_BLOCK}  (= L*b*n when b divides n)"
@@ -223,6 +225,7 @@ class SlidingWindowConfig(SpanConfig):
 
 class SlidingWindow(SpanMethod):
     name = "sliding_window"
+    small_settings = {"max_length": 512, "window": 16}
     Config = SlidingWindowConfig
     cfg: SlidingWindowConfig
     formula = "C = L*((2m+1)*n - m*(m+1)), m = min(w, n-1)  (~ L*(2w+1)*n)"
@@ -238,6 +241,7 @@ class FullAttentionConfig(SpanConfig):
 
 class FullAttention(SpanMethod):
     name = "full_attention"
+    small_settings = {"max_length": 512}
     Config = FullAttentionConfig
     cfg: FullAttentionConfig
     formula = "C = L*n^2"

@@ -82,6 +82,7 @@ class Memorizing(DatastoreMethod):
     """Local window for every layer; one decoder layer also retrieves from the memory, mixed by a gate."""
 
     name = "memorizing"
+    small_settings = {"chunk_size": 48, "overlap": 24, "k": 8}
     Config = MemorizingConfig
     cfg: MemorizingConfig
 

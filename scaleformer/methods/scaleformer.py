@@ -78,6 +78,7 @@ class ScaleFormerConfig(ChunkedConfig):
 
 class ScaleFormer(ChunkedMethod):
     name = "scaleformer"
+    small_settings = {"chunk_size": 48, "overlap": 12, "middle_tokens": 8}
     Config = ScaleFormerConfig
     cfg: ScaleFormerConfig
 

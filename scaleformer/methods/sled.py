@@ -41,6 +41,7 @@ class Sled(ChunkedMethod):
     """Every token reaches the decoder once, from the chunk the keep rule assigns it to."""
 
     name = "sled"
+    small_settings = {"chunk_size": 48, "overlap": 12}
     Config = SledConfig
     cfg: SledConfig
 

@@ -93,6 +93,7 @@ class Unlimiformer(DatastoreMethod):
     """Local window + SLED datastore; top-k retrieval cross-attention in the decoder (needs :meth:`wrap`)."""
 
     name = "unlimiformer"
+    small_settings = {"chunk_size": 48, "overlap": 24, "k": 16}  # k below the datastore's size
     Config = UnlimiformerConfig
     cfg: UnlimiformerConfig
 
