@@ -47,3 +47,36 @@ def test_every_dataclass_field_composes_typed_and_unknown_keys_stop_composition(
 def test_a_wrong_type_stops_composition_naming_the_key():
     with pytest.raises(Exception, match="chunk_size"):
         compose(["method=sled", "method.chunk_size=big"])
+
+
+def test_a_method_from_another_package_registers_through_its_entry_point(tmp_path, monkeypatch, caplog):
+    """A researcher's own package: the method module named in the ``scaleformer.methods`` entry-point group,
+    its YAML in their own config folder holding only what differs from their dataclass."""
+    from importlib.metadata import EntryPoint
+
+    import scaleformer.methods as methods
+    from scaleformer.compose import compose_config
+
+    (tmp_path / "my_methods.py").write_text(
+        "from dataclasses import dataclass\n"
+        "from scaleformer.methods.sled import Sled, SledConfig\n\n\n"
+        "@dataclass\nclass StridedConfig(SledConfig):\n    name: str = 'strided_test'\n    stride: int = 3\n\n\n"
+        "class Strided(Sled):\n    name = 'strided_test'\n    Config = StridedConfig\n"
+        "    small_settings = {'chunk_size': 48, 'overlap': 12}\n", encoding="utf-8")
+    conf = tmp_path / "conf" / "method"
+    conf.mkdir(parents=True)
+    (conf / "strided_test.yaml").write_text("defaults:\n  - strided_test_schema\n  - _self_\n\nname: strided_test\n"
+                                            "overlap: 100\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    eps = [EntryPoint("strided", "my_methods", methods.PLUGIN_GROUP),
+           EntryPoint("broken", "no_such_module_here", methods.PLUGIN_GROUP)]
+    monkeypatch.setattr(methods, "entry_points", lambda group: [e for e in eps if e.group == group])
+    try:
+        assert methods.load_plugins() == ["strided_test"]
+        assert "no_such_module_here" in caplog.text  # the broken one is named, the others still load
+        cfg = compose_config(["method=strided_test", f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+                              "method.stride=5"]).method
+        assert (cfg.overlap, cfg.stride, cfg.chunk_size) == (100, 5, 1024)
+        assert type(methods.method_config(cfg)).__name__ == "StridedConfig"
+    finally:
+        methods.REGISTRY.pop("strided_test", None)

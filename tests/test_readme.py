@@ -43,6 +43,8 @@ COVERAGE: list[tuple[str, str, str]] = [
     (r"^make (table1|table2|figure2|table_qa) PROFILE=smoke$", "test",
      "tests/test_tables.py::test_smoke_profile_runs_the_grid_and_renders_it"),
     (r"^make (table1|table2|figure2|table_qa) PROFILE=tiny$", "long", "results/tiny/"),
+    (r"^make (table1|table2|figure2|table_qa) PROFILE=dryrun$", "test",
+     "tests/test_dryrun.py::test_one_dryrun_cell_at_bart_base_shape"),
     (r"^make table1 LAUNCHER=slurm", "gpu", "a SLURM cluster of GPUs"),
     (r"^make (table1|table2|figure2)( FORCE=1| METHODS=all)?$", "gpu", "the paper's profile: real data, one GPU"),
     (r"^python -m venv ~/sf", "test", "tests/test_package.py::test_pip_install_then_train_and_summarize_from_an_empty_directory"),
@@ -58,6 +60,8 @@ COVERAGE: list[tuple[str, str, str]] = [
     (r"^\.venv/bin/scaleformer compare ", "test",
      "tests/test_stats.py::test_compare_reports_a_known_difference_and_refuses_unpaired_runs"),
     (r"^\.venv/bin/scaleformer (summarize|score) ", "run", "test_readme_summarize_and_score_commands"),
+    (r"scaleformer train --config-dir \./my_conf method=my_method$", "test",
+     "tests/test_method_configs.py::test_a_method_from_another_package_registers_through_its_entry_point"),
     (TRAIN.pattern, "train", "test_readme_train_command"),
 ]
 

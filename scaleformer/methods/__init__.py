@@ -8,13 +8,18 @@
 - ``masformer``: MASFormer and its attention-span baselines (block, sliding window, full).
 
 Adding a method = one module here + one file in conf/method/; the benchmark and the tables find it
-through :data:`REGISTRY` and the config options.
+through :data:`REGISTRY` and the config options. A method in another package registers the same way:
+its package names the module in the ``scaleformer.methods`` entry-point group, which is imported here
+(:func:`load_plugins`), and its YAML joins the search path (``--config-dir``); see
+docs/adding-a-method.md.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import pkgutil
+from importlib.metadata import entry_points
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -22,11 +27,30 @@ from omegaconf import DictConfig, OmegaConf
 from scaleformer.errors import ConfigError
 from scaleformer.methods.base import REGISTRY, BackboneSpec, Encoded, Method, MethodConfig
 
+PLUGIN_GROUP = "scaleformer.methods"
+log = logging.getLogger("scaleformer")
+
+
+def load_plugins() -> list[str]:
+    """Import every module the installed packages name in the ``scaleformer.methods`` entry-point group
+    (subclassing :class:`Method` registers); returns the names of the methods they added. One that
+    fails to import is named in a warning and left out: the other methods still work."""
+    before = set(REGISTRY)
+    for ep in entry_points(group=PLUGIN_GROUP):
+        try:
+            ep.load()
+        except Exception as e:  # a broken third-party package must not take every command down
+            log.warning("method plugin %r (%s) did not load: %s: %s", ep.name, ep.value, type(e).__name__, e)
+    return sorted(set(REGISTRY) - before)
+
+
 for _mod in pkgutil.iter_modules(__path__):
     if _mod.name != "base":
         importlib.import_module(f"{__name__}.{_mod.name}")
+load_plugins()
 
-__all__ = ["REGISTRY", "BackboneSpec", "Encoded", "Method", "MethodConfig", "build_method", "method_config"]
+__all__ = ["PLUGIN_GROUP", "REGISTRY", "BackboneSpec", "Encoded", "Method", "MethodConfig", "build_method",
+           "load_plugins", "method_config"]
 
 
 def method_config(raw: DictConfig | dict[str, Any]) -> MethodConfig:

@@ -240,8 +240,12 @@ def disable_checkpointing(model: nn.Module) -> None:
 
 
 # Lightning
-MisconfigurationException: type[Exception] = (
-    stock("lightning.fabric.utilities.exceptions", "MisconfigurationException") or RuntimeError)
+def __getattr__(name: str) -> Any:
+    """``compat.MisconfigurationException``, looked up when first read: importing Lightning here would cost
+    every method import (and so composing a config) a second and a half."""
+    if name == "MisconfigurationException":
+        return stock("lightning.fabric.utilities.exceptions", "MisconfigurationException") or RuntimeError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def set_progress(bar: Any, n: int) -> None:

@@ -34,8 +34,8 @@ def to_config(cfg: DictConfig) -> RunConfig:
 
 
 def check_groups(cfg: DictConfig) -> tuple[Config, DictConfig]:
-    """Every check that needs no torch (types, ranges, callback targets, path lengths): what the command
-    runs before importing the heavy libraries, so a typo stops in well under a second of checking."""
+    """Every check that needs no model, data or trainer (types, ranges, callback targets, path lengths):
+    what the command runs before building anything, so a typo stops in the seconds composing takes."""
     try:
         resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True))
     except Exception as e:
