@@ -44,17 +44,16 @@ def measure(backbone: str, n_docs: int, overrides: list[str]) -> dict[str, Any]:
     from scaleformer.compose import compose_config
     from scaleformer.data.sources import SyntheticSource
     from scaleformer.methods import build_method
-    from scaleformer.model.backbone import backbone_spec, build_model, load_tokenizer, model_config
+    from scaleformer.model.backbone import build_model, prepare
     from scaleformer.ops import query_middle
     from scaleformer.runs.context import to_config
 
     base = [f"backbone={backbone}", "data=ledgers_qa", "method=scaleformer_middle_query", "method.chunk_size=992",
             "method.encoder_batch_size=256", *overrides]
     rc = to_config(compose_config(base))
-    tok = load_tokenizer(rc.backbone)
-    conf = model_config(rc.backbone, tok)
-    model = build_model(rc.backbone, conf).eval()
-    spec = backbone_spec(rc.backbone, tok, conf)
+    ready = prepare(rc.backbone)
+    tok, spec = ready.tokenizer, ready.spec
+    model = build_model(rc.backbone, ready.conf).eval()
     rows = [json.loads(line) for line in SyntheticSource(rc.data).file("validation").read_text().splitlines()]
     seen: dict[str, Any] = {}
     real_choose = query_middle.choose

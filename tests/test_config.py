@@ -8,8 +8,8 @@ from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from scaleformer.errors import ConfigError
-from scaleformer.methods import REGISTRY, build_method
-from scaleformer.model.backbone import backbone_spec, load_tokenizer, model_config
+from scaleformer.methods import REGISTRY
+from scaleformer.model.backbone import prepare
 from scaleformer.runs.context import to_config
 
 GROUPS = ["backbone", "data", "method", "trainer", "optim", "logger", "callbacks", "paths", "debug"]
@@ -48,10 +48,8 @@ def test_every_config_file_starts_with_its_command():  # noqa: D103
 @pytest.mark.parametrize("backbone", ["tiny_bart", "tiny_t5"])
 def test_every_method_accepts_the_tiny_backbones(method, backbone):
     rc = to_config(compose([f"method={method}", f"backbone={backbone}"]))
-    tok = load_tokenizer(rc.backbone)
-    spec = backbone_spec(rc.backbone, tok, model_config(rc.backbone, tok))
-    assert spec.max_positions == 1024
-    build_method(rc.method, spec)
+    ready = prepare(rc.backbone, rc.method)
+    assert ready.spec.max_positions == 1024 and ready.method is not None
 
 
 def test_unknown_group_option_is_rejected():
@@ -149,10 +147,8 @@ def test_unknown_method_key_is_rejected():
 
 def test_truncation_window_beyond_max_positions_is_rejected():
     rc = to_config(compose(["method=truncation", "method.max_tokens=4096"]))
-    tok = load_tokenizer(rc.backbone)
-    spec = backbone_spec(rc.backbone, tok, model_config(rc.backbone, tok))
     with pytest.raises(ConfigError, match=r"method\.max_tokens=4096.*1024"):
-        build_method(rc.method, spec)
+        prepare(rc.backbone, rc.method)
 
 
 def test_hub_backbone_offline_fails_fast_with_a_clear_message(monkeypatch, network_attempts):

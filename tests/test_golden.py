@@ -132,17 +132,15 @@ def _encode_observation(backbone: str, method_name: str, extra: list[str] | None
     import torch
 
     from scaleformer.data.synthetic import split_rows
-    from scaleformer.methods import build_method
-    from scaleformer.model.backbone import backbone_spec, build_model, load_tokenizer, model_config
+    from scaleformer.model.backbone import build_model, prepare
     from scaleformer.runs.context import to_config
     from scaleformer.runs.module import SummarizationModule
 
     rc = to_config(compose([f"backbone={backbone}", f"method={method_name}", "seed=7", *(extra or [])]))
-    tok = load_tokenizer(rc.backbone)
-    conf = model_config(rc.backbone, tok)
-    method = build_method(rc.method, backbone_spec(rc.backbone, tok, conf))
+    ready = prepare(rc.backbone, rc.method)
+    tok = ready.tokenizer
     torch.manual_seed(0)
-    module = SummarizationModule(build_model(rc.backbone, conf), method, tok, rc.optim, rc.generation)
+    module = SummarizationModule(build_model(rc.backbone, ready.conf), ready.method, tok, rc.optim, rc.generation)
     module = module.eval().to(torch.float64)
     row = split_rows("golden", 1, 3000, seed=11)[0]
     ids = torch.tensor([tok(row["input"])["input_ids"]])

@@ -32,14 +32,12 @@ def _tiny(tmp_path: Path, *extra: str) -> list[str]:
 
 
 def _module(optim: OptimConfig) -> SummarizationModule:
-    from scaleformer.methods import build_method
-    from scaleformer.model.backbone import backbone_spec, build_model, load_tokenizer, model_config
+    from scaleformer.model.backbone import build_model, prepare
 
     rc = to_config(compose(["method=truncation"]))
-    tok = load_tokenizer(rc.backbone)
-    conf = model_config(rc.backbone, tok)
-    method = build_method(rc.method, backbone_spec(rc.backbone, tok, conf))
-    return SummarizationModule(build_model(rc.backbone, conf), method, tok, optim, rc.generation)
+    ready = prepare(rc.backbone, rc.method)
+    return SummarizationModule(build_model(rc.backbone, ready.conf), ready.method, ready.tokenizer, optim,
+                               rc.generation)
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])

@@ -34,16 +34,14 @@ CASES = [pytest.param(b, m, id=f"{b}-{m}", marks=() if (b, m) in FAST else pytes
 
 def _module(backbone: str, method: str):
     """The framework's Lightning module for a backbone and method, as a run builds it (reader weights)."""
-    from scaleformer.methods import build_method
-    from scaleformer.model.backbone import backbone_spec, build_model, load_tokenizer, model_config
+    from scaleformer.model.backbone import build_model, prepare
     from scaleformer.runs.context import to_config
     from scaleformer.runs.module import SummarizationModule
 
     rc = to_config(compose([f"backbone={backbone}", f"method={method}", "generation.max_new_tokens=8"]))
-    tok = load_tokenizer(rc.backbone)
-    conf = model_config(rc.backbone, tok)
-    meth = build_method(rc.method, backbone_spec(rc.backbone, tok, conf))
-    return SummarizationModule(build_model(rc.backbone, conf), meth, tok, rc.optim, rc.generation).eval()
+    ready = prepare(rc.backbone, rc.method)
+    return SummarizationModule(build_model(rc.backbone, ready.conf), ready.method, ready.tokenizer, rc.optim,
+                               rc.generation).eval()
 
 
 def _reader(name: str = "tiny_bart_reader"):

@@ -61,16 +61,14 @@ def memorizing_export(tmp_path_factory) -> Path:
     from conftest import compose
 
     from scaleformer.export.folder import export_model
-    from scaleformer.methods import build_method
-    from scaleformer.model.backbone import backbone_spec, build_model, load_tokenizer, model_config
+    from scaleformer.model.backbone import build_model, prepare
     from scaleformer.runs.context import to_config
     from scaleformer.runs.module import SummarizationModule
 
     rc = to_config(compose(["backbone=tiny_bart_reader", "method=memorizing", "generation.max_new_tokens=4"]))
-    tok = load_tokenizer(rc.backbone)
-    conf = model_config(rc.backbone, tok)
-    module = SummarizationModule(build_model(rc.backbone, conf), build_method(rc.method, backbone_spec(
-        rc.backbone, tok, conf)), tok, rc.optim, rc.generation)
+    ready = prepare(rc.backbone, rc.method)
+    module = SummarizationModule(build_model(rc.backbone, ready.conf), ready.method, ready.tokenizer, rc.optim,
+                                 rc.generation)
     return export_model(module, tmp_path_factory.mktemp("export") / "model",
                         {"method": {"option": "memorizing"}, "backbone": {"name": "tiny_bart_reader"}, "step": 0})
 
@@ -376,8 +374,7 @@ def test_the_data_summary_counts_queries_that_crowd_out_the_document(tmp_path: P
     """A run whose queries fit records 0 per split; the method counts crowded queries by its own window."""
     import numpy as np
 
-    from scaleformer.methods import build_method
-    from scaleformer.model.backbone import backbone_spec, load_tokenizer, model_config
+    from scaleformer.model.backbone import prepare
     from scaleformer.runs.context import to_config
 
     rows = [{"id": "a", "query": "Who paid?", "input": "Alder paid the toll.", "output": "Alder"}]
@@ -389,8 +386,7 @@ def test_the_data_summary_counts_queries_that_crowd_out_the_document(tmp_path: P
 
     for option, expected in (("truncation", 2), ("sled", 0)):
         rc = to_config(compose([f"method={option}"]))
-        tok = load_tokenizer(rc.backbone)
-        m = build_method(rc.method, backbone_spec(rc.backbone, tok, model_config(rc.backbone, tok)))
+        m = prepare(rc.backbone, rc.method).method
         # 1,024 positions, 2 specials: 256 must remain, so queries of 767+ tokens crowd the document out
         assert m.crowded(np.array([0, 10, 766, 767, 5490])) == expected
 

@@ -70,7 +70,7 @@ def load_shape(name: str) -> Shape:
         arch, file, spec = ASSET_SHAPES[name]
         return Shape(name, arch, config_from_json(arch, assets_dir() / file), spec)
     from scaleformer.config import BackboneConfig
-    from scaleformer.model.backbone import backbone_spec, load_tokenizer, model_config
+    from scaleformer.model.backbone import prepare
 
     path = conf_dir() / "backbone" / f"{name}.yaml"
     if not path.exists():
@@ -79,9 +79,8 @@ def load_shape(name: str) -> Shape:
     if cfg.pretrained is not None:
         raise ConfigError(f"backbone {name!r} is pretrained; the benchmark builds random weights from "
                           f"a config: use one of {sorted(ASSET_SHAPES)} or a random-init backbone")
-    tok = load_tokenizer(cfg)
-    conf = model_config(cfg, tok)
-    return Shape(name, cfg.arch, conf, backbone_spec(cfg, tok, conf))
+    ready = prepare(cfg)
+    return Shape(name, cfg.arch, ready.conf, ready.spec)
 
 
 def attention_impl(attn: str, dtype: str, shape: Shape, device: torch.device) -> str:

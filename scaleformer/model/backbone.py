@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,8 @@ from transformers import (
 
 from scaleformer.config import BackboneConfig
 from scaleformer.errors import ConfigError
-from scaleformer.methods.base import BackboneSpec
+from scaleformer.methods import build_method
+from scaleformer.methods.base import BackboneSpec, Method, MethodConfig
 from scaleformer.model.hub import HubUnreachableError, is_local, unreachable_message, unreachable_reason
 from scaleformer.model.readers import RECIPES
 from scaleformer.ops import compat
@@ -167,6 +169,26 @@ def backbone_spec(cfg: BackboneConfig, tokenizer: Any, conf: PretrainedConfig) -
         n_decoder_layers=int(getattr(conf, "decoder_layers", 0) or getattr(conf, "num_decoder_layers", 0)
                              or getattr(conf, "num_layers", 0)),
     )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A backbone before its weights, and the method built for it: what every entry point (runs, the
+    Lightning module from a checkpoint, scripts, tests) starts from."""
+
+    tokenizer: Any
+    conf: PretrainedConfig  # the model's config: the weights come later (build_model)
+    spec: BackboneSpec
+    method: Method | None = None
+
+
+def prepare(backbone: BackboneConfig, method: MethodConfig | None = None) -> Prepared:
+    """Tokenizer -> model config -> the spec methods read -> the method (checked against the backbone):
+    the one chain, so its checks run alike wherever a method is built."""
+    tokenizer = load_tokenizer(backbone)
+    conf = model_config(backbone, tokenizer)
+    spec = backbone_spec(backbone, tokenizer, conf)
+    return Prepared(tokenizer, conf, spec, None if method is None else build_method(method, spec))
 
 
 def unpickling_reason(e: Exception) -> str:

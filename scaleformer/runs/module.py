@@ -156,12 +156,9 @@ def _parts_from_config(run_config: dict[str, Any]) -> tuple[Any, Method, Any, Op
     """Backbone architecture (random weights: a checkpoint's replace them), method and tokenizer of a run."""
     from omegaconf import OmegaConf
 
-    from scaleformer.methods import build_method
-    from scaleformer.model.backbone import backbone_spec, build_model, load_tokenizer, model_config
+    from scaleformer.model.backbone import build_model, prepare
     from scaleformer.runs.context import to_config
 
     rc = to_config(OmegaConf.create(run_config))
-    tokenizer = load_tokenizer(rc.backbone)
-    conf = model_config(rc.backbone, tokenizer)
-    method = build_method(rc.method, backbone_spec(rc.backbone, tokenizer, conf))
-    return build_model(rc.backbone, conf, weights=False), method, tokenizer, rc.optim, rc.generation
+    ready = prepare(rc.backbone, rc.method)
+    return build_model(rc.backbone, ready.conf, weights=False), ready.method, ready.tokenizer, rc.optim, rc.generation

@@ -28,10 +28,11 @@ from omegaconf import OmegaConf
 
 from scaleformer.errors import ConfigError, redact_all
 from scaleformer.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
-from scaleformer.methods import Method, build_method
+from scaleformer.methods import Method
 from scaleformer.metrics.buckets import by_length
 from scaleformer.model import hub
-from scaleformer.model.backbone import backbone_spec, build_model, load_tokenizer, model_config
+from scaleformer.model.backbone import build_model
+from scaleformer.model.backbone import prepare as prepare_backbone
 from scaleformer.ops import compat
 from scaleformer.runs import checkpoints, identity, runtime
 from scaleformer.runs.callbacks import ExactResume, log_metrics
@@ -169,9 +170,8 @@ def prepare(ctx: RunContext, ckpt: Path | None) -> Parts:
     the backbone's and BERTScore's availability, loggers, callbacks, the trainer and the data."""
     rc = ctx.cfg
     pl.seed_everything(rc.seed, workers=True, verbose=False)
-    tokenizer = load_tokenizer(rc.backbone)
-    conf = model_config(rc.backbone, tokenizer)
-    method = build_method(rc.method, backbone_spec(rc.backbone, tokenizer, conf))
+    ready = prepare_backbone(rc.backbone, rc.method)
+    tokenizer, conf, method = ready.tokenizer, ready.conf, ready.method
     described = describe_method(rc, method)
     start = checkpoints.peek(ckpt) if ckpt is not None else None
     if start is not None:
