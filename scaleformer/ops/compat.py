@@ -12,29 +12,22 @@ stops at start-up with one line naming the installed version and the tested rang
 
 Every place the project touches a dependency's internals (all behind this module):
 
-transformers
-- ``BartAttention`` / ``T5Attention`` forward: subclassed by the beam-shared classes (``decoding``,
-  speed-only) and the retrieval layers (``retrieval``, required by unlimiformer and memorizing);
-  calls bound by name, classes swapped in place.
-- ``EncoderDecoderCache`` / ``DynamicCache`` layout (``layers[i].keys``, ``is_updated``, ``update``,
-  ``reorder_cache``); ``generate``'s cache keyword (:func:`cache_kwarg`), :func:`dynamic_cache`.
-- ``ALL_ATTENTION_FUNCTIONS``, ``AttentionInterface``, BART/T5 ``eager_attention_forward``
-  (:func:`attention_function`, :func:`register_attention`); ``config._attn_implementation`` (:func:`attn_impl`).
-- ``BartEncoderLayer`` / ``T5Block`` calls and submodules: the kept-positions last layer (``kept_layer``,
-  speed-only; a pre-hook reads the layer's inputs by name) and MASFormer's per-layer encoder
-  (``attention``, required by the span methods) with ``create_bidirectional_mask``
-  (:func:`bidirectional_mask`), ``T5Attention.compute_bias`` (:func:`t5_bias`), ``BartLearnedPositionalEmbedding``.
-- ``activation_checkpointing_enable`` (``gradient_checkpointing_enable`` before 5.23): :func:`enable_checkpointing`.
-
-Lightning
-- ``tqdm_progress._update_n`` (private): :func:`set_progress`, else ``bar.n`` and ``refresh``.
-- ``Trainer.fit(weights_only=...)`` (2.5+): :func:`fit_kwargs` passes it only where ``fit`` takes it.
-- ``TorchCheckpointIO`` hooks (public; subclassed in ``checkpoints.py``, its load hook takes any
-  keyword) and :data:`MisconfigurationException`.
-
-torch: public API (``torch.load(weights_only, mmap)``, ``checkpoint(use_reentrant=False)``,
-``register_forward_pre_hook(with_kwargs=True)``, ``scaled_dot_product_attention``, ``untyped_storage``,
-``FlopCounterMode``), plus the CPU attention kernels' op names, whose FLOPs :func:`flop_counter` adds.
+- transformers: ``BartAttention`` / ``T5Attention`` forward, subclassed by the beam-shared classes
+  (``decoding``, speed-only) and the retrieval layers (``retrieval``, required by unlimiformer and
+  memorizing), calls bound by name, classes swapped in place; the ``EncoderDecoderCache`` /
+  ``DynamicCache`` layout, ``generate``'s cache keyword (:func:`cache_kwarg`, :func:`dynamic_cache`);
+  ``ALL_ATTENTION_FUNCTIONS``, ``AttentionInterface``, BART/T5 ``eager_attention_forward``
+  (:func:`attention_function`, :func:`register_attention`), ``config._attn_implementation``
+  (:func:`attn_impl`); ``BartEncoderLayer`` / ``T5Block`` calls and submodules: the kept-positions
+  last layer (``kept_layer``, speed-only) and MASFormer's per-layer encoder (``attention``, required
+  by the span methods) with ``create_bidirectional_mask`` (:func:`bidirectional_mask`),
+  ``T5Attention.compute_bias`` (:func:`t5_bias`), ``BartLearnedPositionalEmbedding``;
+  ``activation_checkpointing_enable`` (``gradient_checkpointing_enable`` before 5.23).
+- Lightning: ``tqdm_progress._update_n`` (:func:`set_progress`), ``Trainer.fit(weights_only=...)``
+  (:func:`fit_kwargs`), ``TorchCheckpointIO`` hooks (``checkpoints.py``), ``MisconfigurationException``.
+- torch: public API (``torch.load(weights_only, mmap)``, ``checkpoint(use_reentrant=False)``,
+  ``register_forward_pre_hook(with_kwargs=True)``, ``scaled_dot_product_attention``, ``untyped_storage``,
+  ``FlopCounterMode``), plus the CPU attention kernels' op names, whose FLOPs :func:`flop_counter` adds.
 """
 
 from __future__ import annotations
@@ -240,12 +233,10 @@ def disable_checkpointing(model: nn.Module) -> None:
 
 
 # Lightning
-def __getattr__(name: str) -> Any:
-    """``compat.MisconfigurationException``, looked up when first read: importing Lightning here would cost
-    every method import (and so composing a config) a second and a half."""
-    if name == "MisconfigurationException":
-        return stock("lightning.fabric.utilities.exceptions", "MisconfigurationException") or RuntimeError
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def __getattr__(name: str) -> Any:  # compat.MisconfigurationException, looked up late (Lightning: 1.5 s)
+    if name != "MisconfigurationException":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return stock("lightning.fabric.utilities.exceptions", "MisconfigurationException") or RuntimeError
 
 
 def set_progress(bar: Any, n: int) -> None:
@@ -259,8 +250,7 @@ def set_progress(bar: Any, n: int) -> None:
 
 
 def flop_counter() -> Any:
-    """torch's ``FlopCounterMode`` (matmuls and attention, forward and backward), also counting the CPU
-    attention kernel, which torch 2.13 leaves out: without it a CPU dry run misses a fifth of an encoder's FLOPs."""
+    """torch's ``FlopCounterMode``, also counting the CPU attention kernel (torch 2.13 leaves it out: a fifth)."""
     from torch.utils import flop_counter as fc
 
     mapping = {}
@@ -301,10 +291,7 @@ def _lacks(fn: Callable, roles: tuple[str, ...]) -> str | None:
 
 
 def _absent(*objs: Any) -> str | None:
-    for o in objs:
-        if isinstance(o, type) and issubclass(o, Missing):
-            return f"it has no {o.missing_from}"
-    return None
+    return next((f"it has no {o.missing_from}" for o in objs if isinstance(o, type) and issubclass(o, Missing)), None)
 
 
 def _cross_attention_check() -> str | None:
