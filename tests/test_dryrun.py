@@ -126,3 +126,31 @@ def test_paper_profile_asks_for_yes_above_an_hour(tmp_path, capsys, monkeypatch)
     assert "5,000 h" in err.out and "pass --yes" in err.err and not launched
     monkeypatch.setattr(reproduce, "build_table", lambda *a, **k: {})
     assert reproduce.main(["table1", "--yes"]) == 0 and launched
+
+
+def test_a_dryrun_grid_writes_its_cost_table(tmp_path):
+    """The grid -> runs -> cost table path of `make table2 PROFILE=dryrun`, on a random tiny T5 and short
+    documents: each cell's row, the paper profile's arithmetic from its own config, the files."""
+    import json
+
+    from scaleformer.artifacts.gridrun import run_grid
+
+    spec = load_spec(experiments_dir() / "table2.yaml")
+    spec["datasets"] = ["govreport"]
+    spec["backbone"]["dryrun"] = "tiny_t5"
+    prof = spec["profiles"]["dryrun"]
+    prof["overrides"] = [*prof["overrides"], "optim=tiny", "data.synthetic_words=300", "data.synthetic_docs.train=2",
+                         "data.max_target_tokens=16", "generation.max_new_tokens=4", "data.max_input_tokens=256"]
+    assert run_grid(spec, "dryrun", tmp_path, methods=["truncation", "sled"]) == []
+    written = costs.build_costs(spec, "dryrun", tmp_path, tmp_path, methods=["truncation", "sled"])
+    record = json.loads(written["json"].read_text())
+    rows = {r["method"]: r for r in record["rows"]}
+    assert set(rows) == {"truncation", "sled"}
+    assert rows["truncation"]["length_scaling"] == "bounded" and rows["sled"]["length_scaling"] == "linear"
+    assert rows["sled"]["step_ckpt_s"] is not None and rows["truncation"]["step_ckpt_s"] is None
+    plan = rows["sled"]["plan"]
+    assert (plan["micro_batches"], plan["eval_docs"], plan["max_input_tokens"]) == (160000, 1945, 16384)
+    assert record["total_h"] == pytest.approx(sum(r["total_s"] for r in rows.values()) / 3600)
+    text = written["md"].read_text()
+    assert "| sled | GovReport shape |" in text and "not measured (no GPU was lent" in text
+    assert "GPU-hours" in text and "an assumption, not a measurement" in text

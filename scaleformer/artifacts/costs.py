@@ -1,24 +1,23 @@
 """An artifact's cost table: what each cell of its dry run measured, and what the full profile would cost.
 
-The dry run (profile ``dryrun`` of every spec) trains each cell for three micro-batches at the paper's
-shapes with ``trainer.measure_cost`` on (:mod:`scaleformer.runs.cost`): a warm-up whose FLOPs are
-counted, a timed step as configured, and for chunked methods a step with ``method.checkpoint_chunks``.
-It generates for one evaluation document with the paper's beams and ``max_new_tokens``. From those:
+The dry run (profile ``dryrun`` of every spec, ``cost_table: true``) trains each cell for three
+micro-batches at the paper's shapes with ``trainer.measure_cost`` (:mod:`scaleformer.runs.cost`) and
+generates for one document with the paper's beams and ``max_new_tokens``. Per cell, from those:
 
-- seconds per micro-batch, training peak memory (with and without ``checkpoint_chunks``), generation
-  seconds per document and its peak, at the measured length;
-- at the paper's length, where the profile measured a shorter one (``paper_input_tokens``: BookSum's
-  140k-token books do not fit a 24 GiB CPU machine without chunk checkpointing): time and the memory
-  above the step's starting point scale linearly with the input for methods whose encoder-side
-  length grows with it (recorded per run as ``length_scaling``), and stay as measured for the others
-  (truncation reads its window whatever the length). Linear is an upper bound for generation, whose
-  decoder work per token only partly grows with the input;
-- the full profile's time for the cell: micro-batches x step time + documents generated (validation
-  during training, then the evaluation splits: ``paper_eval_docs``) x seconds per document, with the
-  arithmetic written out; the trainer's numbers come from composing the paper profile's own config;
+- seconds per micro-batch, with and without ``method.checkpoint_chunks``; the training peak of both;
+  generation seconds per document and its peak;
+- the same at the paper's length: the documents' own mean length (the data summary, before the dry
+  run's ``data.max_input_tokens``), capped at the paper profile's ``data.max_input_tokens``. Only the
+  share that grows with the input is scaled: in training, the encoder's share of the step's FLOPs
+  (time and memory growth alike); in generation, the encoding linearly and decoding by its FLOPs per
+  token. Methods whose encoder side stops growing (``length_scaling: bounded``, e.g. truncation past
+  its window) stay as measured, so the dry run reads documents longer than any window;
+- the paper profile's time: micro-batches x step time + documents generated (validation during
+  training, then ``paper_eval_docs``) x seconds per document, the arithmetic written out, the trainer's
+  numbers from composing the paper profile's own config;
 - whether the training peak fits a 24/40/80 GB device;
-- on CPU, GPU-hours for training from the counted FLOPs at 25-50% of an H100's dense bf16 peak (an
-  assumption, said so in the table); on a GPU, what it measured, and nothing assumed.
+- on a CPU, GPU-hours of training from the counted FLOPs at 25-50% of an H100's dense bf16 peak (an
+  assumption, and the table says so); on a GPU, what it measured and nothing assumed.
 """
 
 from __future__ import annotations

@@ -75,9 +75,9 @@ class CostProbe(pl.Callback):
             encoder_flops = self._stop_counting()
         method = getattr(pl_module, "method", None)
         cfg = getattr(method, "cfg", None)
-        if not self.steps and method is not None:  # does the encoder side grow with the input? (cost tables)
-            n = int(batch["attention_mask"].sum(1).max())
-            self.scaling = "linear" if method.decoder_length(2 * n) > method.decoder_length(n) else "bounded"
+        if not self.steps and method is not None:  # does the encoder side keep growing with the input?
+            n = int(batch["attention_mask"].sum(1).max())  # (cost tables: 64x the input, half as many states)
+            self.scaling = "linear" if method.decoder_length(64 * n) >= 32 * method.decoder_length(n) else "bounded"
         self.steps.append({
             "time_s": round(seconds, 4), **probe.since(self._base), "base_bytes": self._base,
             "input_tokens": int(batch["attention_mask"].sum()), "target_tokens": int((batch["labels"] >= 0).sum()),
