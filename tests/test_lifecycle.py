@@ -305,7 +305,7 @@ def test_a_killed_run_resumes_to_byte_identical_predictions(tmp_path):
 def test_an_unwritable_output_folder_fails_at_start_up(tmp_path, monkeypatch):
     import scaleformer.runs.run as run_module
 
-    monkeypatch.setattr(run_module, "load_tokenizer", lambda *a, **k: pytest.fail("work started"))
+    monkeypatch.setattr(run_module, "prepare_backbone", lambda *a, **k: pytest.fail("work started"))
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
     with pytest.raises(ConfigError, match=r"paths\.run_dir=.*a_file.*not writable"):

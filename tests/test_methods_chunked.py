@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from chunk_reference import chunk_spans, windows
+from conftest import compose
 from omegaconf import OmegaConf
 from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
@@ -409,9 +410,8 @@ def test_method_yaml_files(file, want):
 def test_sled_paper_default_experiment():
     exp = OmegaConf.load(CONF / "experiment" / "sled_paper_default.yaml")
     assert {"override /method": "sled"} in list(exp.defaults)
-    base = OmegaConf.load(CONF / "method" / "sled.yaml")
-    cfg = method_config(OmegaConf.merge(base, exp.method))
-    assert (cfg.chunk_size, cfg.overlap) == (256, 128)
+    cfg = method_config(compose(["experiment=sled_paper_default"]).method)
+    assert (cfg.name, cfg.chunk_size, cfg.overlap) == ("sled", 256, 128)
 
 
 # --------------------------------------------------------------------------------------- 2M tokens
