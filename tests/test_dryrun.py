@@ -126,6 +126,12 @@ def test_paper_profile_asks_for_yes_above_an_hour(tmp_path, capsys, monkeypatch)
     assert "5,000 h" in err.out and "pass --yes" in err.err and not launched
     monkeypatch.setattr(reproduce, "build_table", lambda *a, **k: {})
     assert reproduce.main(["table1", "--yes"]) == 0 and launched
+    # the dry run prints the same estimate before it starts, and needs no --yes
+    monkeypatch.setattr(reproduce, "run_grid", lambda *a, **k: [])
+    monkeypatch.setattr(reproduce, "build_costs", lambda *a, **k: {})
+    capsys.readouterr()
+    assert reproduce.main(["table1", "--profile", "dryrun"]) == 0
+    assert "estimate for table1 (paper profile)" in capsys.readouterr().out
 
 
 def test_a_dryrun_grid_writes_its_cost_table(tmp_path):

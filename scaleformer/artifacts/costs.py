@@ -243,5 +243,5 @@ def paper_estimate(artifact: str, folder: Path) -> tuple[float | None, str]:
                  f"at {int(MFU[1] * 100)}-{int(MFU[0] * 100)}% of peak (generation not measured)") if gpu else ""
         return hours, (f"estimate for {artifact} (paper profile), from the dry run on {device} ({path}): "
                        f"{hours:,.0f} h as measured there{extra}")
-    return None, (f"no cost table for {artifact} at {folder}/{artifact}.json: `make {artifact} PROFILE=dryrun` "
-                  "measures one; starting without an estimate")
+    return None, (f"no cost table for {artifact} yet at {folder}/{artifact}.json (`make {artifact} PROFILE=dryrun` "
+                  "measures one): no estimate")

@@ -64,10 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root) if args.root else base
     out_dir = Path(args.out_dir) if args.out_dir else root
     local = spec["profiles"][args.profile].get("runner") == "local" and not args.launcher
-    if args.profile == "paper" and not args.render_only:
+    costs = bool(spec["profiles"][args.profile].get("cost_table"))
+    if (args.profile == "paper" or costs) and not args.render_only:  # the dry run says what it will price
         hours, line = paper_estimate(args.artifact, Path("results") / "dryrun")
         print(line, flush=True)
-        if hours is not None and hours > 1 and not args.yes:
+        if args.profile == "paper" and hours is not None and hours > 1 and not args.yes:
             print(f"error: the paper profile of {args.artifact} is estimated at {hours:,.0f} h; pass --yes to run it",
                   file=sys.stderr)
             return 2
@@ -82,7 +83,6 @@ def main(argv: list[str] | None = None) -> int:
         for p in problems:
             print(f"  {p}", file=sys.stderr)
     build = build_figure if "sweeps" in spec else build_table
-    costs = bool(spec["profiles"][args.profile].get("cost_table"))
     # A dry run's scores come from random weights: its score table is a check of the path, kept apart.
     for kind, p in build(spec, args.profile, root, out_dir / "scores" if costs else out_dir,
                          methods=args.methods).items():
