@@ -17,7 +17,8 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from scaleformer.errors import ConfigError
 from scaleformer.methods import BackboneSpec, build_method, method_config
-from scaleformer.ops.spans import Span, banded_attention, encoder_layers, self_attention
+from scaleformer.ops.banded import banded_attention
+from scaleformer.ops.spans import Span, encoder_layers, self_attention
 from scaleformer.runs.context import to_config
 
 pytestmark = pytest.mark.compat  # run on other transformers releases by `make test-compat`
@@ -391,3 +392,46 @@ def test_pipeline_end_to_end(tmp_path, compose_cfg, backbone, name):
     d = result["method"]
     assert result["train_steps"] == 2 and d["name"] == name and d["encoder_layers"] == 2
     assert d["attention_cost_mean"] > 0 and d["attention_cost_formula"].startswith("C = ")
+
+
+def test_a_span_kind_from_elsewhere_runs_through_the_registry():
+    """A kind registered from outside ops/spans.py (here: "strided", every other key in view) runs in
+    run_encoder and counts its pairs with no change to the span code."""
+    import torch
+
+    from scaleformer.ops import spans
+
+    class Strided(spans.Full):
+        name = "strided_test"
+
+        def pairs(self, size: int, n: int) -> int:
+            return int(self.dense_mask(size, n).sum())
+
+        def dense_mask(self, size: int, n: int) -> torch.Tensor:
+            i = torch.arange(n)
+            return ((i[:, None] - i[None, :]) % 2 == 0)
+
+        def covers(self, size: int, n: int) -> bool:
+            return n <= 1
+
+        def prepare(self, encoder, size, x, valid, bias_attn):
+            keep = self.dense_mask(size, x.shape[1])[None] & valid[:, None, :]  # [B, N, N]
+            return {"mask": torch.where(keep, 0.0, torch.finfo(x.dtype).min)[:, None].to(x.dtype), "bias": None}
+
+    with pytest.raises(ValueError, match="unknown span kind 'strided_test'"):
+        spans.Span("strided_test")
+    spans.register_span_kind(Strided())
+    try:
+        assert spans.Span("strided_test").pairs(5) == 13
+        from transformers import BartConfig, BartModel
+
+        torch.manual_seed(0)
+        enc = BartModel(BartConfig(vocab_size=60, d_model=16, encoder_layers=2, decoder_layers=1, encoder_attention_heads=2,
+                                   decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+                                   max_position_embeddings=64, attn_implementation="eager")).encoder.eval()
+        ids = torch.randint(4, 60, (1, 12))
+        out = spans.run_encoder(enc, ids, torch.ones_like(ids), [spans.Span("strided_test"), spans.Span("full")])
+        ref = spans.run_encoder(enc, ids, torch.ones_like(ids), [spans.Span("full"), spans.Span("full")])
+        assert out.shape == ref.shape and not torch.allclose(out, ref)
+    finally:
+        spans.SPAN_KINDS.pop("strided_test")

@@ -89,7 +89,7 @@ class SpanMethod(Method):
         spans = self.spans(self.n_layers)
         if extend_positions(encoder, self.cfg.max_length):
             log.info("%s: encoder positions tiled to %d", self.cfg.name, self.cfg.max_length)
-        route_window_attention(encoder, [i for i, s in enumerate(spans) if s.kind == "window"])
+        route_window_attention(encoder, [i for i, s in enumerate(spans) if s.rule.routed])
         return model
 
     # ---------------------------------------------------------------------------------- encoding

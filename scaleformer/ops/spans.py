@@ -2,23 +2,18 @@
 
 MASFormer (Zhang et al., 2023) and its baselines give each encoder layer its own attention span.
 :func:`run_encoder` runs a BART or T5 encoder's own layers (pretrained weights untouched) with one
-:class:`Span` per layer, so the decoder and its cross-attention stay exactly the stock ones:
+:class:`Span` per layer, so the decoder and its cross-attention stay exactly the stock ones. A span's
+kind is a registered :class:`SpanKind` (:data:`SPAN_KINDS`; another package registers its own):
 
 - ``full``: the layer as is, over the whole input (the model's own attention implementation).
 - ``block``: the *whole layer* runs on the input reshaped to ``[B * n_blocks, b, d]`` (N padded to a
   multiple of b, pads masked): attention never leaves a block, everything else in a layer is
   position-wise. Uses the model's own kernel (sdpa / flash / eager) on ``b x b`` problems; T5 gets
   the relative-position bias of the block-local positions (relative distances are unchanged).
-- ``window``: every token attends to the tokens at distance <= w. A chunked banded kernel
-  (:func:`banded_attention`): queries in chunks of c = max(w, 64) attend to the keys of
-  ``[chunk start - w, chunk end + w)`` (c + 2w keys) under a band mask, one sdpa call over all chunks.
-  Cost O(N (c + 2w)) instead of O(N^2). Chosen over torch's flex_attention: compiled flex is faster
-  on a warm call but compiles per shape (~13 s on CPU) and needs a C++ toolchain; uncompiled flex
-  materialises the N x N scores. Measured on CPU (H=4, dh=16, forward): N=8192, w=512: 0.28 s vs
-  1.10 s with a dense N x N mask; blocks of 1024 by reshaping: 0.06 s vs 0.88 s dense.
-  The window layers' attention modules are routed to the kernel by
-  :func:`route_window_attention` (registered as ``scaleformer_window`` in transformers'
-  AttentionInterface; called without a window it falls back to the model's own implementation).
+  Measured on CPU (H=4, dh=16, forward, N=8192, blocks of 1024): 0.06 s vs 0.88 s with a dense mask.
+- ``window``: every token attends to the tokens at distance <= w, through the banded kernel
+  (:mod:`scaleformer.ops.banded`); the window layers' attention modules are routed to it by
+  :func:`route_window_attention`.
 
 Pad queries may attend to themselves (fully padded blocks to their own pads) so no softmax row is
 empty: pad outputs are never read by real tokens, but a NaN there would leak through 0 * NaN.
@@ -28,50 +23,171 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from scaleformer.ops import compat
+from scaleformer.ops.banded import WINDOW_ATTN, band_bias
 from scaleformer.ops.compat import BartEncoder, BartLearnedPositionalEmbedding, T5Stack
 
-WINDOW_ATTN = "scaleformer_window"
-MIN_CHUNK = 64  # smallest query chunk of the banded kernel: tiny windows would otherwise mean tiny matmuls
+
+class SpanKind:
+    """How one kind of span attends: its cost, its explicit pattern, and how an encoder layer runs it.
+
+    Kinds are registered by name (:data:`SPAN_KINDS`, :func:`register_span_kind`); a method of another
+    package adds its own the same way, and :func:`run_encoder` runs it without a change here.
+    """
+
+    name: ClassVar[str]
+    routed: ClassVar[bool] = False  # the layer's attention goes to the banded kernel (route_window_attention)
+
+    def pairs(self, size: int, n: int) -> int:
+        """Exact number of attended (query, key) pairs among n real tokens (the paper's cost unit)."""
+        raise NotImplementedError
+
+    def dense_mask(self, size: int, n: int) -> torch.Tensor:
+        """The span as an explicit ``[n, n]`` boolean pattern (for references and tests, not for runs)."""
+        raise NotImplementedError
+
+    def covers(self, size: int, n: int) -> bool:
+        """True when the span is full attention on n tokens (then the plain layer runs)."""
+        return False
+
+    def prepare(self, encoder: torch.nn.Module, size: int, x: torch.Tensor, valid: torch.Tensor,
+                bias_attn: torch.nn.Module | None) -> dict[str, Any]:
+        """Masks and T5 bias, shared by every layer of this span."""
+        raise NotImplementedError
+
+    def enter(self, x: torch.Tensor, size: int, prep: dict[str, Any]) -> torch.Tensor:
+        """The layer's input as this span runs it (``[B, N, d]`` by default)."""
+        return x
+
+    def leave(self, y: torch.Tensor, size: int, prep: dict[str, Any], n: int) -> torch.Tensor:
+        """The layer's output back to ``[B, N, d]``."""
+        return y
+
+    def layer_kwargs(self, size: int) -> dict[str, Any]:
+        """Extra keywords the layer passes down to its attention function."""
+        return {}
+
+
+SPAN_KINDS: dict[str, SpanKind] = {}
+
+
+def register_span_kind(kind: SpanKind) -> SpanKind:
+    SPAN_KINDS[kind.name] = kind
+    return kind
 
 
 @dataclass(frozen=True)
 class Span:
-    """One layer's attention span: ``full``, ``block`` (size = b) or ``window`` (size = w each side)."""
+    """One layer's attention span: a registered kind (``full``, ``block`` of size b, ``window`` of w each
+    side, or one of another package's) and its size."""
 
     kind: str
     size: int = 0
 
+    def __post_init__(self) -> None:
+        if self.kind not in SPAN_KINDS:
+            raise ValueError(f"unknown span kind {self.kind!r}; registered: {', '.join(sorted(SPAN_KINDS))}")
+
+    @property
+    def rule(self) -> SpanKind:
+        return SPAN_KINDS[self.kind]
+
     def pairs(self, n: int) -> int:
-        """Exact number of attended (query, key) pairs among n real tokens (the paper's cost unit)."""
-        if self.kind == "full":
-            return n * n
-        if self.kind == "block":  # full blocks of b plus the last partial block
-            b = self.size
-            return (n // b) * b * b + (n % b) ** 2
-        if self.kind == "window":  # |i - j| <= w, minus what falls off the edges
-            m = min(self.size, max(n - 1, 0))
-            return n * (2 * m + 1) - m * (m + 1)
-        raise ValueError(f"unknown span kind {self.kind!r}")
+        return self.rule.pairs(self.size, n)
 
     def dense_mask(self, n: int) -> torch.Tensor:
-        """The span as an explicit ``[n, n]`` boolean pattern (for references and tests, not for runs)."""
-        i = torch.arange(n)
-        if self.kind == "full":
-            return torch.ones(n, n, dtype=torch.bool)
-        if self.kind == "block":
-            return (i[:, None] // self.size) == (i[None, :] // self.size)
-        return (i[:, None] - i[None, :]).abs() <= self.size
+        return self.rule.dense_mask(self.size, n)
 
     def covers(self, n: int) -> bool:
-        """True when the span is full attention on n tokens (then the plain layer is used)."""
-        return self.kind == "full" or (self.kind == "block" and self.size >= n) or (
-            self.kind == "window" and self.size >= n - 1)
+        return self.rule.covers(self.size, n)
+
+
+class Full(SpanKind):
+    """The layer as is, over the whole input (the model's own attention implementation)."""
+
+    name = "full"
+
+    def pairs(self, size: int, n: int) -> int:
+        return n * n
+
+    def dense_mask(self, size: int, n: int) -> torch.Tensor:
+        return torch.ones(n, n, dtype=torch.bool)
+
+    def covers(self, size: int, n: int) -> bool:
+        return True
+
+    def prepare(self, encoder, size, x, valid, bias_attn):
+        n = x.shape[1]
+        mask = compat.bidirectional_mask(encoder.config, x, valid)
+        bias = compat.t5_bias(bias_attn, n, n, device=x.device) if bias_attn is not None else None  # [1, H, N, N]
+        return {"mask": mask, "bias": bias}
+
+
+class Block(SpanKind):
+    """The whole layer on ``[B * n_blocks, b, d]``: attention never leaves a block of ``size``."""
+
+    name = "block"
+
+    def pairs(self, size: int, n: int) -> int:  # full blocks of b plus the last partial block
+        return (n // size) * size * size + (n % size) ** 2
+
+    def dense_mask(self, size: int, n: int) -> torch.Tensor:
+        i = torch.arange(n)
+        return (i[:, None] // size) == (i[None, :] // size)
+
+    def covers(self, size: int, n: int) -> bool:
+        return size >= n
+
+    def prepare(self, encoder, size, x, valid, bias_attn):
+        b, n, _ = x.shape
+        nb = -(-n // size)
+        blocks = F.pad(valid, (0, nb * size - n)).view(b * nb, size)  # [B*nb, b]
+        blocks = blocks | ~blocks.any(1, keepdim=True)  # a block of pads attends to its pads (no empty row)
+        shape = x.new_zeros(1).expand(b * nb, size, x.shape[2])  # [B*nb, b, d]: only shape/dtype/device are read
+        mask = compat.bidirectional_mask(encoder.config, shape, blocks)
+        bias = compat.t5_bias(bias_attn, size, size, device=x.device) if bias_attn is not None else None  # [1, H, b, b]
+        return {"mask": mask, "bias": bias, "blocks": nb}
+
+    def enter(self, x, size, prep):
+        b, n, d = x.shape
+        return F.pad(x, (0, 0, 0, prep["blocks"] * size - n)).view(b * prep["blocks"], size, d)  # [B*nb, b, d]
+
+    def leave(self, y, size, prep, n):
+        return y.view(-1, prep["blocks"] * size, y.shape[-1])[:, :n]  # [B, N, d]
+
+
+class Window(SpanKind):
+    """Every token attends to the tokens at distance <= ``size``, through the banded kernel."""
+
+    name = "window"
+    routed = True
+
+    def pairs(self, size: int, n: int) -> int:  # |i - j| <= w, minus what falls off the edges
+        m = min(size, max(n - 1, 0))
+        return n * (2 * m + 1) - m * (m + 1)
+
+    def dense_mask(self, size: int, n: int) -> torch.Tensor:
+        i = torch.arange(n)
+        return (i[:, None] - i[None, :]).abs() <= size
+
+    def covers(self, size: int, n: int) -> bool:
+        return size >= n - 1
+
+    def prepare(self, encoder, size, x, valid, bias_attn):
+        bias = band_bias(bias_attn, size) if bias_attn is not None else None  # [1, H, c, c + 2w]
+        return {"mask": valid, "bias": bias}
+
+    def layer_kwargs(self, size: int) -> dict[str, Any]:
+        return {"window": size}
+
+
+for _kind in (Full(), Block(), Window()):
+    register_span_kind(_kind)
 
 
 # ----------------------------------------------------------------------------------- the backbone
@@ -144,84 +260,6 @@ def is_routed(encoder: torch.nn.Module, i: int) -> bool:
     return compat.attn_impl(self_attention(encoder_layers(encoder)[i])) == WINDOW_ATTN
 
 
-# ------------------------------------------------------------------------------------------ kernels
-def banded_attention(
-    query: torch.Tensor,  # [B, H, N, dh]
-    key: torch.Tensor,  # [B, H, N, dh]
-    value: torch.Tensor,  # [B, H, N, dh]
-    valid: torch.Tensor | None,  # [B, N] bool, True for real keys; None = all real
-    window: int,
-    *,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    bias: torch.Tensor | None = None,  # [1, H, c, c + 2w] additive, from :func:`band_bias`
-) -> torch.Tensor:
-    """Sliding-window attention ``|i - j| <= window`` in O(N (c + 2w)); returns ``[B, N, H, dh]``."""
-    b, h, n, dh = query.shape
-    w = window
-    c = chunk_size(w)
-    nc = -(-n // c)
-    pad = nc * c - n
-    kw = c + 2 * w  # keys per query chunk
-    q = F.pad(query, (0, 0, 0, pad)).view(b, h, nc, c, dh).transpose(1, 2).reshape(b * nc, h, c, dh)
-
-    def windows(x: torch.Tensor) -> torch.Tensor:  # [B, H, N, e] -> [B * nc, H, kw, e]
-        x = F.pad(x, (0, 0, w, pad + w)).unfold(2, kw, c)  # [B, H, nc, e, kw] (a view)
-        return x.permute(0, 2, 1, 4, 3).reshape(b * nc, h, kw, x.shape[3])
-
-    k, v = windows(key), windows(value)
-    if valid is None:
-        valid = torch.ones(b, n, dtype=torch.bool, device=query.device)
-    vk = F.pad(valid.bool(), (w, pad + w)).unfold(1, kw, c).reshape(b * nc, 1, 1, kw)  # [B*nc, 1, 1, kw]
-    i = torch.arange(c, device=query.device)[:, None]  # query i sits at key column i + w
-    j = torch.arange(kw, device=query.device)[None, :]
-    band = (j >= i) & (j <= i + 2 * w)  # [c, kw]
-    mask = band & (vk | (j == i + w))  # [B*nc, 1, c, kw]; a pad query still sees itself
-    if bias is not None:
-        mask = torch.where(mask, bias.to(q.dtype), torch.finfo(q.dtype).min)  # [B*nc, H, c, kw]
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling)
-    dv = value.shape[-1]
-    return out.view(b, nc, h, c, dv).transpose(2, 3).reshape(b, nc * c, h, dv)[:, :n]  # [B, N, H, dv]
-
-
-def chunk_size(window: int) -> int:
-    return max(window, MIN_CHUNK)
-
-
-def band_bias(bias_attention: torch.nn.Module, window: int) -> torch.Tensor:
-    """T5's relative-position bias for one query chunk vs its key window: ``[1, H, c, c + 2w]``.
-
-    Key column j of a chunk starting at s is position s - w + j, so the bias is the same for every
-    chunk (relative positions only) and is computed once per layer pass.
-    """
-    c = chunk_size(window)
-    return compat.t5_bias(bias_attention, c, c + 2 * window, past=window)
-
-
-def window_attention_forward(
-    module: torch.nn.Module,
-    query: torch.Tensor,  # [B, H, N, dh]
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,  # [B, N] bool from run_encoder
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    position_bias: torch.Tensor | None = None,  # T5: [1, H, c, c + 2w] from band_bias
-    window: int | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """AttentionInterface entry for routed layers; without ``window`` it is the model's own attention."""
-    if window is None:
-        base = getattr(module.config, "scaleformer_base_attn", "sdpa")
-        fn = compat.attention_function(base, compat.attention_function("sdpa", None))
-        return fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
-                  position_bias=position_bias, **kwargs)
-    out = banded_attention(query, key, value, attention_mask, window, scaling=scaling, dropout=dropout,
-                           bias=position_bias)
-    return out, None
-
-
-compat.register_attention(WINDOW_ATTN, window_attention_forward)
 
 
 # ------------------------------------------------------------------------------------ the encoder
@@ -260,10 +298,11 @@ def run_encoder(
         if encoder.training and getattr(encoder, "layerdrop", 0.0) > 0 and torch.rand([]) < encoder.layerdrop:
             continue
         span = Span("full") if span.covers(n) else span
+        rule = span.rule
         if span not in prepared:
-            prepared[span] = _prepare(encoder, span, x, valid, bias_attn)
-        if span.kind == "window" and not is_routed(encoder, i):
-            raise ValueError(f"encoder layer {i} has a sliding window but is not routed to the banded kernel: "
+            prepared[span] = rule.prepare(encoder, span.size, x, valid, bias_attn)
+        if rule.routed and not is_routed(encoder, i):
+            raise ValueError(f"encoder layer {i} has a {span.kind} span but is not routed to the banded kernel: "
                              "call route_window_attention (the method's wrap(model) does)")
         x = _apply(layer, span, x, prepared[span], family)
     if family == "t5":
@@ -271,38 +310,13 @@ def run_encoder(
     return x
 
 
-def _prepare(encoder: torch.nn.Module, span: Span, x: torch.Tensor, valid: torch.Tensor,
-             bias_attn: torch.nn.Module | None) -> dict[str, Any]:
-    """Masks and T5 bias for one span kind, shared by every layer that uses it."""
-    b, n, _ = x.shape
-    if span.kind == "full":
-        mask = compat.bidirectional_mask(encoder.config, x, valid)
-        bias = compat.t5_bias(bias_attn, n, n, device=x.device) if bias_attn is not None else None  # [1, H, N, N]
-        return {"mask": mask, "bias": bias}
-    if span.kind == "block":
-        bs = span.size
-        nb = -(-n // bs)
-        blocks = F.pad(valid, (0, nb * bs - n)).view(b * nb, bs)  # [B*nb, b]
-        blocks = blocks | ~blocks.any(1, keepdim=True)  # a block of pads attends to its pads (no empty row)
-        shape = x.new_zeros(1).expand(b * nb, bs, x.shape[2])  # [B*nb, b, d]: only shape/dtype/device are read
-        mask = compat.bidirectional_mask(encoder.config, shape, blocks)
-        bias = compat.t5_bias(bias_attn, bs, bs, device=x.device) if bias_attn is not None else None  # [1, H, b, b]
-        return {"mask": mask, "bias": bias, "blocks": nb}
-    bias = band_bias(bias_attn, span.size) if bias_attn is not None else None  # [1, H, c, c + 2w]
-    return {"mask": valid, "bias": bias, "window": span.size}
-
-
 def _apply(layer: torch.nn.Module, span: Span, x: torch.Tensor, prep: dict[str, Any], family: str) -> torch.Tensor:
-    b, n, d = x.shape
-    extra = {"window": prep["window"]} if span.kind == "window" else {}
-    if span.kind == "block":
-        nb, bs = prep["blocks"], span.size
-        x = F.pad(x, (0, 0, 0, nb * bs - n)).view(b * nb, bs, d)  # [B*nb, b, d]
+    n = x.shape[1]
+    rule, extra = span.rule, span.rule.layer_kwargs(span.size)
+    h = rule.enter(x, span.size, prep)
     if family == "bart":
-        y = compat.first_output(compat.call(layer, x, attention_mask=prep["mask"], extra=extra))
+        y = compat.first_output(compat.call(layer, h, attention_mask=prep["mask"], extra=extra))
     else:
-        y = compat.first_output(compat.call(layer, x, attention_mask=prep["mask"], position_bias=prep["bias"],
+        y = compat.first_output(compat.call(layer, h, attention_mask=prep["mask"], position_bias=prep["bias"],
                                             extra=extra))
-    if span.kind == "block":
-        y = y.view(b, nb * bs, d)[:, :n]  # [B, N, d]
-    return y
+    return rule.leave(y, span.size, prep, n)
