@@ -224,6 +224,8 @@ class TrainerConfig:
     # Time, memory and FLOPs of every training step and generation pass into metrics.json's ``cost``
     # (scaleformer.runs.cost); off by default, as it synchronises the GPU around each step.
     measure_cost: bool = runtime(False)
+    # Export the trained model to <run>/model (a Hugging Face folder); the dry run's random weights are not.
+    export_model: bool = runtime(True)
     # "last": continue from this run's newest checkpoint when it has one (else start fresh);
     # a path: start from that checkpoint; null: start fresh (this run's checkpoints are replaced).
     ckpt_path: str | None = runtime("last")

@@ -40,6 +40,7 @@ def test_one_dryrun_cell_at_bart_base_shape(tmp_path):
     out = run(compose([*cell.overrides, f"paths.root={tmp_path}", "trainer.max_steps=1", "data.max_input_tokens=1100",
                        "data.max_target_tokens=16", "data.synthetic_docs.train=2", "generation.max_new_tokens=4"]))
     assert out["backbone"]["name"] == "bart_base_shape"
+    assert not list(tmp_path.glob("runs/*/model")), "a dry run exports no random weights"
     cost = out["cost"]
     assert cost["model"]["d_model"] == 768 and cost["model"]["decoder_layers"] == 6
     (step,) = cost["train_steps"]

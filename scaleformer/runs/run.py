@@ -129,7 +129,8 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
     module = build_module(ctx, parts)
     attempt.started = True
     step, train_time, trained = train_or_load(ctx, parts, module, ckpt)
-    if trained and runtime.is_rank_zero():
+    export = trained and ctx.cfg.trainer.export_model
+    if export and runtime.is_rank_zero():
         from scaleformer.export.folder import export_model
 
         export_model(module, ctx.model_dir, export_record(ctx, parts.described, step))
@@ -157,7 +158,7 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
     atomic_write_text(out_dir / "config.yaml", config_text)
     results.write(out_dir)
     result = results.to_dict()
-    if trained:
+    if export:
         from scaleformer.export.folder import add_results
 
         add_results(ctx.model_dir, result)  # the scores join the model card
