@@ -9,6 +9,9 @@ answer a question about one event of such a ledger. A recipe that extends anothe
 resumes from that reader's folder. Each stage draws from its
 own seeded stream, so resuming after stage k runs the same data as a run from scratch. The folder
 is written atomically with ``recipe.json`` (recipe, fingerprint, losses, wall time).
+
+A plain loop, not the runs' Lightning step: a stage is a data stream and a learning rate over the bare
+backbone (no method, run folder, checkpoints or evaluation), which a run would carry for nothing.
 """
 
 from __future__ import annotations
@@ -133,7 +136,7 @@ def pretrain(recipe: Recipe, out_dir: Path, log: Any = print, resume: Path | Non
     model.train()
     for i, stage in enumerate(recipe.stages[len(history):], start=len(history)):
         gen = torch.Generator().manual_seed(recipe.seed + i)
-        rng = random.Random(synthetic._int_seed(recipe.seed, f"reader-{recipe.arch}-{i}"))
+        rng = random.Random(synthetic.stream_seed(recipe.seed, f"reader-{recipe.arch}-{i}"))
         opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, weight_decay=0.01)
         sched = get_linear_schedule_with_warmup(opt, stage.warmup, stage.steps)
         t0, losses = time.time(), []

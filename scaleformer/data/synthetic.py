@@ -187,14 +187,14 @@ def doc_lengths(split: str, n_docs: int, n_words: int, seed: int, spread: float)
     so the documents' text draws stay those of equal lengths."""
     if spread <= 0:
         return [n_words] * n_docs
-    rng = random.Random(_int_seed(seed, f"{split}-lengths"))
+    rng = random.Random(stream_seed(seed, f"{split}-lengths"))
     return [max(50, round(n_words * math.exp(spread * rng.gauss(0.0, 1.0) - spread**2 / 2))) for _ in range(n_docs)]
 
 
 def qa_rows(split: str, n_docs: int, n_words: int, seed: int = DEFAULT_SEED,
             n_events: tuple[int, int] = DEFAULT_EVENTS, spread: float = 0.0) -> list[dict[str, Any]]:
     """Question-answering rows (``id`` and :func:`qa_example`'s fields), one question per ledger."""
-    rng = random.Random(_int_seed(seed, f"qa-{split}"))
+    rng = random.Random(stream_seed(seed, f"qa-{split}"))
     return [{"id": f"{split}-qa-{i:04d}", **qa_example(rng, n, n_events)}
             for i, n in enumerate(doc_lengths(split, n_docs, n_words, seed, spread))]
 
@@ -202,7 +202,7 @@ def qa_rows(split: str, n_docs: int, n_words: int, seed: int = DEFAULT_SEED,
 def split_rows(split: str, n_docs: int, n_words: int, seed: int = DEFAULT_SEED,
                n_events: tuple[int, int] = DEFAULT_EVENTS, spread: float = 0.0) -> list[dict[str, str]]:
     """Rows (`id, input, output`) of one split; multi-reference ids repeat the input on two rows."""
-    rng = random.Random(_int_seed(seed, split))
+    rng = random.Random(stream_seed(seed, split))
     rows = []
     for i, n in enumerate(doc_lengths(split, n_docs, n_words, seed, spread)):
         doc, ref, ref2 = make_document(rng, n, n_events)
@@ -265,7 +265,7 @@ def generate(
 
 def tokenizer_corpus(n_docs: int = 48, n_words: int = 3000) -> Iterator[str]:
     """Fixed text the offline tokenizer is trained on: documents and both references of each."""
-    rng = random.Random(_int_seed(DEFAULT_SEED, "tokenizer"))
+    rng = random.Random(stream_seed(DEFAULT_SEED, "tokenizer"))
     for _ in range(n_docs):
         doc, ref, ref2 = make_document(rng, n_words)
         yield doc
@@ -275,7 +275,9 @@ def tokenizer_corpus(n_docs: int = 48, n_words: int = 3000) -> Iterator[str]:
     yield " ".join(FIRST + LAST + VERBS + OBJECTS + PLACES)
 
 
-def _int_seed(seed: int, name: str) -> int:
+def stream_seed(seed: int, name: str) -> int:
+    """The integer seed of one named stream (a split, a stage): each draws from its own, so adding or
+    lengthening one changes no other."""
     return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "big")
 
 
