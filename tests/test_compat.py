@@ -190,3 +190,19 @@ def test_pyproject_lower_bounds_and_the_lock_agree_with_the_tested_range():
         key = re.sub(r"[-_.]+", "-", req.name).lower()
         assert key in pins, f"{req.name} is not in requirements.lock"
         assert req.specifier.contains(pins[key], prereleases=True), (dep, pins[key])
+
+
+def test_a_patch_registered_from_elsewhere_is_required_and_reported_like_the_built_ins():
+    """A method of another package registers its own patch; a misfit stops the method at start-up."""
+    from scaleformer.errors import ConfigError
+
+    compat.PATCHES["plugin_test_patch"] = compat.Patch("plugin_test_patch", "a plugin's layer swap", False,
+                                                       lambda: "it has no PluginLayer")
+    try:
+        compat.reset()
+        assert compat.report()["plugin_test_patch"] == "off: it has no PluginLayer"
+        with pytest.raises(ConfigError, match=r"method\.name=plugin needs a plugin's layer swap.*no PluginLayer"):
+            compat.require(["plugin_test_patch"], "method.name=plugin")
+    finally:
+        compat.PATCHES.pop("plugin_test_patch")
+        compat.reset()
