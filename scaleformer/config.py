@@ -317,7 +317,7 @@ class MetricsConfig:
     # characters one token each). See scaleformer/metrics/rouge.py.
     rouge_tokenizer: str = "scrolls"
     bertscore: BertScoreConfig = field(default_factory=BertScoreConfig)
-    # Fact recall (scaleformer.metrics.facts): "auto" scores it when every reference is a ledger summary
+    # Fact recall (scaleformer.data.ledger_facts): "auto" scores it when every reference is a ledger summary
     # of the bundled synthetic task (absent elsewhere); "off" never.
     facts: str = "auto"
     # Every evaluation also scores documents by length (their tokens, as the model reads them): buckets

@@ -34,7 +34,7 @@ def _tokenizer(backbone: Any) -> tuple[Any, int]:
 
 def _inside_by_id(data_file: Path, backbone: Any) -> dict[str, bool]:
     """id -> does its answer lie inside truncation's window, for every row of a QA data file."""
-    from scaleformer.metrics.answers import answers_inside_window
+    from scaleformer.data.ledger_facts import answers_inside_window
 
     key = (str(data_file), backbone.name)
     if key not in _INSIDE:

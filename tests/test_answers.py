@@ -128,7 +128,7 @@ def test_a_missing_separator_names_the_row(text, mode, message):
 
 
 def test_truncations_answer_ceiling_counts_answers_inside_its_window():
-    from scaleformer.metrics.answers import window_answer_ceiling
+    from scaleformer.data.ledger_facts import window_answer_ceiling
     from scaleformer.model.tokenizer import load_offline_tokenizer
 
     tok = load_offline_tokenizer("bart")

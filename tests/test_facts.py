@@ -8,8 +8,7 @@ import pytest
 
 from scaleformer.config import MetricsConfig
 from scaleformer.data import synthetic
-from scaleformer.metrics import compute_metrics
-from scaleformer.metrics.facts import (
+from scaleformer.data.ledger_facts import (
     compute_facts,
     document_events,
     headline_town,
@@ -17,6 +16,7 @@ from scaleformer.metrics.facts import (
     reference_events,
     window_ceiling,
 )
+from scaleformer.metrics import compute_metrics
 from scaleformer.model.tokenizer import load_offline_tokenizer
 
 REF = ("The ledger of Ash Crossing records 3 events. Mara Quill repaired 17 lanterns at Harbor Gate. "

@@ -173,9 +173,8 @@ def truncation_ceilings(spec: dict[str, Any], profile: str, cells: list[Cell],
     """(split label, column) -> the share (x100) of the evaluated ledgers' events (QA ledgers: of their
     answers) inside the first window truncation keeps, from the very files the runs read; synthetic
     columns only."""
+    from scaleformer.data.ledger_facts import window_answer_ceiling, window_ceiling
     from scaleformer.data.sources import SyntheticSource
-    from scaleformer.metrics.answers import window_answer_ceiling
-    from scaleformer.metrics.facts import window_ceiling
     from scaleformer.model.backbone import load_tokenizer, max_positions, model_config
 
     out: dict[tuple[str, str], float] = {}

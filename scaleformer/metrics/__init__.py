@@ -14,6 +14,7 @@ What lives where:
   bert-score hash recorded with them.
 """
 
+from scaleformer.data.ledger_facts import compute_facts, window_ceiling
 from scaleformer.metrics.bertscore import (
     OFFLINE_MODEL_NAME,
     PAPER_BERTSCORE_LAYERS,
@@ -28,7 +29,6 @@ from scaleformer.metrics.bertscore import (
     resolve_bertscore_model,
 )
 from scaleformer.metrics.compute import compute_metrics, normalize_references
-from scaleformer.metrics.facts import compute_facts, window_ceiling
 from scaleformer.metrics.notices import reset_notices
 from scaleformer.metrics.rouge import ROUGE_TYPES, compute_rouge, scrolls_geomean
 from scaleformer.metrics.sentences import get_splitter, split_sentences_regex

@@ -91,37 +91,6 @@ def scrolls_score(task_scores: Mapping[str, float]) -> float:
     return sum(task_scores[t] for t in TASK_METRICS) / len(TASK_METRICS)
 
 
-def answers_inside_window(rows: Sequence[Mapping[str, str]], tokenizer: Any, window: int) -> list[bool]:
-    """Per row: does its answer lie wholly inside the window truncation keeps?
-
-    rows: ``query``, ``input`` and ``output`` of the bundled QA ledgers, whose answer is stated in
-    the document (the event's sentence, "On day 3, Ada Moss bought 27 lanterns at the Mill."). Truncation
-    reads the query first, then the document up to the window (its specials included), so a reader
-    of that window alone can state at most these answers.
-    """
-    from scaleformer.model.tokenizer import special_token_ids
-
-    _, suffix = special_token_ids(tokenizer)
-    inside = []
-    for row in rows:
-        doc, answer = row["input"], row["output"].rstrip(".")
-        end = doc.find(answer)
-        if end < 0:
-            raise ValueError(f"answer {row['output']!r} is not stated in its document: not a QA ledger")
-        end += len(answer)
-        query = len(tokenizer(row["query"], add_special_tokens=False, split_special_tokens=True)["input_ids"])
-        enc = tokenizer(doc, add_special_tokens=True, split_special_tokens=True)
-        last = window - query - len(suffix)  # document tokens [0, last) survive truncation
-        inside.append(enc.char_to_token(end - 1) < last)
-    return inside
-
-
-def window_answer_ceiling(rows: Sequence[Mapping[str, str]], tokenizer: Any, window: int) -> float:
-    """The share (x100) of questions whose answer lies inside truncation's window: its ceiling on EM."""
-    inside = answers_inside_window(rows, tokenizer, window)
-    return 100.0 * sum(inside) / max(len(inside), 1)
-
-
 def scores_by_window(predictions: Sequence[str], references: Sequence[Sequence[str]],
                      inside: Sequence[bool]) -> dict[str, dict[str, float]]:
     """EM and F1 apart for answers inside and past truncation's window: a method that reads past it

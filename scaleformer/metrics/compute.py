@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from scaleformer.config import MetricsConfig
+from scaleformer.data.ledger_facts import compute_facts
 from scaleformer.metrics.answers import answer_scores, task_score
 from scaleformer.metrics.bertscore import compute_bertscore
-from scaleformer.metrics.facts import compute_facts
 from scaleformer.metrics.rouge import compute_rouge
 from scaleformer.metrics.sentences import get_splitter
 

@@ -100,7 +100,7 @@ _SHOWN = (("rouge1", "R-1"), ("rouge2", "R-2"), ("rougeL", "R-L"), ("rougeLsum",
           ("bertscore_f1", "BERTScore"))
 # Question answering (data.task_metric f1 or exact_match): SCROLLS' answer scores.
 _ANSWERS = (("f1", "F1"), ("exact_match", "EM"))
-# Synthetic ledgers only (scaleformer.metrics.facts): events stated exactly, and their parts.
+# Synthetic ledgers only (scaleformer.data.ledger_facts): events stated exactly, and their parts.
 _FACTS = (("fact_recall", "Facts"), ("fact_field_recall", "Fact parts"), ("town_accuracy", "Town"))
 
 

@@ -1,4 +1,9 @@
-"""Fact recall for the bundled synthetic ledgers: how many of the reference's events a summary states.
+"""Scoring that knows the bundled synthetic ledgers: fact recall, and what truncation's window can hold.
+
+It lives with the ledgers (:mod:`scaleformer.data.synthetic`), whose grammar it reads back; the
+generic metrics call :func:`compute_facts`, which scores nothing where the references are not ledgers.
+
+Fact recall: how many of the reference's events a summary states.
 
 Why: ROUGE on the ledgers rewards the template ("The ledger of X records N events. ... at the ...")
 as much as the content, so a model that ignores its input scores about as well as one that reads
@@ -15,13 +20,14 @@ vocabulary of :mod:`scaleformer.data.synthetic`, so they can be read back exactl
 
 Scored only where every scored document's references are ledger summaries (the synthetic task's
 grammar); elsewhere :func:`compute_facts` returns nothing, so the keys are absent, never zero.
-:func:`window_ceiling` gives the most a reader of the first window alone can recall.
+:func:`window_ceiling` gives the most a reader of the first window alone can recall;
+:func:`window_answer_ceiling`, for the QA ledgers, the share of answers inside truncation's window.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -200,3 +206,34 @@ def window_ceiling(documents: Sequence[str], tokenizer: Any, window: int) -> dic
         seen = sum(1 for _, end, _ in events if enc.char_to_token(end - 1) < last)
         shares.append(seen / len(events))
     return {"fact_ceiling": 100.0 * sum(shares) / len(shares), "n_documents": len(shares)}
+
+
+def answers_inside_window(rows: Sequence[Mapping[str, str]], tokenizer: Any, window: int) -> list[bool]:
+    """Per row: does its answer lie wholly inside the window truncation keeps?
+
+    rows: ``query``, ``input`` and ``output`` of the bundled QA ledgers, whose answer is stated in
+    the document (the event's sentence, "On day 3, Ada Moss bought 27 lanterns at the Mill."). Truncation
+    reads the query first, then the document up to the window (its specials included), so a reader
+    of that window alone can state at most these answers.
+    """
+    from scaleformer.model.tokenizer import special_token_ids
+
+    _, suffix = special_token_ids(tokenizer)
+    inside = []
+    for row in rows:
+        doc, answer = row["input"], row["output"].rstrip(".")
+        end = doc.find(answer)
+        if end < 0:
+            raise ValueError(f"answer {row['output']!r} is not stated in its document: not a QA ledger")
+        end += len(answer)
+        query = len(tokenizer(row["query"], add_special_tokens=False, split_special_tokens=True)["input_ids"])
+        enc = tokenizer(doc, add_special_tokens=True, split_special_tokens=True)
+        last = window - query - len(suffix)  # document tokens [0, last) survive truncation
+        inside.append(enc.char_to_token(end - 1) < last)
+    return inside
+
+
+def window_answer_ceiling(rows: Sequence[Mapping[str, str]], tokenizer: Any, window: int) -> float:
+    """The share (x100) of questions whose answer lies inside truncation's window: its ceiling on EM."""
+    inside = answers_inside_window(rows, tokenizer, window)
+    return 100.0 * sum(inside) / max(len(inside), 1)
