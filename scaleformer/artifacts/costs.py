@@ -38,10 +38,6 @@ H100_BF16_TFLOPS = 989.4  # dense, SXM5 datasheet (scaleformer.bench.probes.PEAK
 MFU = (0.25, 0.50)  # assumed share of that peak a training step reaches: the GPU-hour range
 
 
-def _median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
 def _at(step: dict[str, Any], scale: float) -> float | None:
     """A step's peak memory at ``scale`` times its input: what it started with, plus its growth scaled."""
     peak, base = step.get("mem_peak_bytes"), step.get("base_bytes")
@@ -109,8 +105,8 @@ def measured(result: Any, paper_cap: int | None = None) -> dict[str, Any] | None
         "device": cost.get("device", "cpu"), "precision": cost.get("precision"), "memory": cost.get("memory"),
         "tokens": round(tokens), "paper_tokens": round(paper), "scale": round(scale, 3),
         "length_scaling": "linear" if linear else "bounded", "encoder_share": round(share, 3),
-        "step_s": None if not plain else _median([s["time_s"] for s in plain]) * f,
-        "step_ckpt_s": None if not ckpt else _median([s["time_s"] for s in ckpt]) * f_ckpt,
+        "step_s": None if not plain else statistics.median(s["time_s"] for s in plain) * f,
+        "step_ckpt_s": None if not ckpt else statistics.median(s["time_s"] for s in ckpt) * f_ckpt,
         "train_peak_gb": None if not plain else max(_at(s, f) or 0 for s in plain) / GB,
         "train_peak_ckpt_gb": None if not ckpt else max(_at(s, f_ckpt) or 0 for s in ckpt) / GB,
         "flops_step": None if total is None else total * f,
@@ -118,14 +114,21 @@ def measured(result: Any, paper_cap: int | None = None) -> dict[str, Any] | None
     }
 
 
-def paper_plan(spec: dict[str, Any], cell: Cell) -> dict[str, Any] | None:
-    """The paper profile's training and evaluation sizes for a dry-run cell, from its composed config."""
+def paper_cells(spec: dict[str, Any]) -> dict[tuple[Any, ...], Cell]:
+    """The paper profile's cells by (column, method, value): what each dry-run cell stands for."""
     if not spec["profiles"].get("paper"):
+        return {}
+    return {(c.key, c.method, c.value): c for c in expand_grid(spec, "paper")}
+
+
+def paper_plan(spec: dict[str, Any], cell: Cell, paper: dict[tuple[Any, ...], Cell] | None = None
+               ) -> dict[str, Any] | None:
+    """The paper profile's training and evaluation sizes for a dry-run cell, from its composed config
+    (``paper``: :func:`paper_cells`, expanded once per table)."""
+    same = (paper_cells(spec) if paper is None else paper).get((cell.key, cell.method, cell.value))
+    if same is None:
         return None
-    same = [c for c in expand_grid(spec, "paper") if (c.key, c.method, c.value) == (cell.key, cell.method, cell.value)]
-    if not same:
-        return None
-    cfg = compose_config(same[0].overrides)
+    cfg = compose_config(same.overrides)
     t = cfg.trainer
     micro = int(t.max_steps) * int(t.accumulate_grad_batches)
     every, limit = t.get("val_check_interval"), t.get("limit_val_batches")
@@ -157,13 +160,13 @@ def estimate(m: dict[str, Any], plan: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def cost_rows(spec: dict[str, Any], profile: str, cells: list[Cell], got: Any) -> list[dict[str, Any]]:
-    rows = []
+    rows, paper = [], paper_cells(spec)
     for c in cells:
         r = got.results.get((c.key, c.method, c.value, c.seed))
-        plan = paper_plan(spec, c)
-        m = measured(r, plan and plan["max_input_tokens"]) if r else None
-        if m is None:
+        if r is None or not (r.cost or {}).get("train_steps"):
             continue
+        plan = paper_plan(spec, c, paper)
+        m = measured(r, plan and plan["max_input_tokens"])
         where = f"{spec['sweeps'][c.key]['key']}={c.value}" if "sweeps" in spec else column_label(spec, profile, c.key)
         rows.append({"method": c.method, "column": where, "run_id": c.run_id, **m, "plan": plan, **estimate(m, plan)})
     return rows

@@ -158,11 +158,12 @@ class RunContext:
     def create(cls, rc: RunConfig, started: float | None = None) -> RunContext:
         """From :func:`to_config`'s result, which checked the root and cache paths and named the run."""
         check_path_length("paths.run_dir", str(identity.run_dir(rc)))
-        ident = rc.training_identity if rc.training_identity is not None else identity.training_identity(rc)
+        if rc.training_identity is None:  # a RunConfig not made by to_config
+            rc.training_identity = identity.training_identity(rc)
         return cls(cfg=rc, run_id=str(rc.paths.run_id), run_dir=identity.run_dir(rc),
                    checkpoint_dir=checkpoint_callback_dir(rc.callbacks),
                    training_hash=identity.training_hash(rc), evaluation_hash=identity.evaluation_hash(rc),
-                   training_identity=ident, started=started if started is not None else time.time())
+                   training_identity=rc.training_identity, started=started if started is not None else time.time())
 
     def eval_dir(self, step: int) -> Path:
         """Folder of one evaluation: the weights' step and the evaluation identity."""

@@ -99,14 +99,21 @@ class CostProbe(pl.Callback):
             inner[0].__exit__(None, None, None)
             counted[0] += int(inner[0].get_total_flops())
 
-        encoder = pl_module.model.get_encoder()
-        self._hooks = [encoder.register_forward_pre_hook(before), encoder.register_forward_hook(after)]
+        self._around_encoder(pl_module, before, after)
         self._encoder_flops = counted
 
-    def _stop_counting(self) -> int | None:
+    def _around_encoder(self, pl_module: pl.LightningModule, before: Any, after: Any) -> None:
+        """Run ``before``/``after`` around every encoder call (chunked methods make several per batch)."""
+        encoder = pl_module.model.get_encoder()
+        self._hooks = [encoder.register_forward_pre_hook(before), encoder.register_forward_hook(after)]
+
+    def _remove_hooks(self) -> None:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+
+    def _stop_counting(self) -> int | None:
+        self._remove_hooks()
         return self._encoder_flops[0] if self._encoder_flops else None
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
@@ -128,16 +135,14 @@ class CostProbe(pl.Callback):
             sync(device)
             self._encode_s += time.perf_counter() - started[0]
 
-        encoder = pl_module.model.get_encoder()
-        self._hooks = [encoder.register_forward_pre_hook(before), encoder.register_forward_hook(after)]
+        self._around_encoder(pl_module, before, after)
         self._base = self._memory(device).start()
         self._t0 = time.perf_counter()
 
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         sync(pl_module.device)
         seconds = time.perf_counter() - self._t0
-        for h in self._hooks:
-            h.remove()
+        self._remove_hooks()
         self.generate.append({"time_s": round(seconds, 4), "encode_s": round(self._encode_s, 4),
                               **self._memory(pl_module.device).since(self._base), "base_bytes": self._base})
         if not self.model:
