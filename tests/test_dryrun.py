@@ -141,6 +141,7 @@ def test_a_dryrun_grid_writes_its_cost_table(tmp_path):
     import json
 
     from scaleformer.artifacts.gridrun import run_grid
+    from scaleformer.artifacts.tables import build_table
 
     spec = load_spec(experiments_dir() / "table2.yaml")
     spec["datasets"] = ["govreport"]
@@ -149,6 +150,9 @@ def test_a_dryrun_grid_writes_its_cost_table(tmp_path):
     prof["overrides"] = [*prof["overrides"], "optim=tiny", "data.synthetic_words=300", "data.synthetic_docs.train=2",
                          "data.max_target_tokens=16", "generation.max_new_tokens=4", "data.max_input_tokens=256"]
     assert run_grid(spec, "dryrun", tmp_path, methods=["truncation", "sled"]) == []
+    # Its score table too (reproduce writes it first): one document per cell, paired against the baseline.
+    scores = build_table(spec, "dryrun", tmp_path, tmp_path / "scores", methods=["truncation", "sled"])
+    assert "| SLED |" in scores["md"].read_text()
     written = costs.build_costs(spec, "dryrun", tmp_path, tmp_path, methods=["truncation", "sled"])
     record = json.loads(written["json"].read_text())
     rows = {r["method"]: r for r in record["rows"]}

@@ -43,13 +43,14 @@ def _sign_flip_p(d: np.ndarray) -> float:
     return hits / 2 ** d.size
 
 
-@pytest.mark.parametrize("case", range(5))
-def test_paired_p_value_is_the_exact_sign_flip_test(case):
+@pytest.mark.parametrize("case, n", [(c, 11) for c in range(5)] + [(5, 1), (6, 2)])
+def test_paired_p_value_is_the_exact_sign_flip_test(case, n):
+    # n=1 is the dry run's one evaluation document: scipy refuses a sample of one, the exact test is p=1.
     rng = np.random.default_rng(case)
-    a = rng.normal(50, 10, 11)
-    b = a - rng.normal(0.8 * case, 3, 11)  # a real difference from case 2 on
+    a = rng.normal(50, 10, n)
+    b = a - rng.normal(0.8 * case, 3, n)  # a real difference from case 2 on
     got = stats.paired(a, b)
-    assert got.diff == pytest.approx((a - b).mean()) and got.n == 11
+    assert got.diff == pytest.approx((a - b).mean()) and got.n == n
     assert got.p_value == pytest.approx(_sign_flip_p(a - b), abs=1e-9)
     assert got.low <= got.diff <= got.high
 

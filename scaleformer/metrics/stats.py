@@ -100,6 +100,8 @@ def paired(a: Sequence[float], b: Sequence[float], *, seed: int = SEED, resample
         lo = hi = diff
     else:
         lo, hi = _bootstrap((d,), lambda v, axis=-1: v.mean(axis=axis), paired=False, seed=seed, resamples=resamples)
+    if d.size == 1:  # its two sign flips give +d and -d, both as extreme as d: the exact p-value is 1
+        return Paired(diff, lo, hi, 1.0, 1)
     # Sign flips of the differences: under "no difference" each document's sign is a coin toss.
     res = stats.permutation_test((x, y), lambda u, v, axis=-1: (u - v).mean(axis=axis), permutation_type="samples",
                                  vectorized=True, n_resamples=resamples, alternative="two-sided",
