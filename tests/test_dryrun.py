@@ -62,6 +62,21 @@ def test_one_dryrun_cell_at_bart_base_shape(tmp_path):
     assert est["total_s"] == pytest.approx(plan["micro_batches"] * row["step_s"] + docs * row["gen_s_doc"])
 
 
+def test_generation_is_timed_after_a_warm_up_and_times_every_methods_encoding(tmp_path, monkeypatch):
+    """ScaleFormer encodes around the encoder module's forward (its kept-position last layer): the probe times
+    the method's encode. The first generation's one-time costs go to an untimed two-token warm-up."""
+    from scaleformer.runs import module
+
+    asked, stock = [], module.summaries
+    monkeypatch.setattr(module, "summaries", lambda m, tok, gen, *a: asked.append(gen.max_new_tokens) or stock(m, tok, gen, *a))
+    _, cell = _cell("table1", "govreport", "scaleformer_middle")
+    out = run(compose([*cell.overrides, "backbone=tiny_bart", "data=synthetic", f"paths.root={tmp_path}",
+                       "trainer.max_steps=1", "generation.max_new_tokens=6", "data.max_input_tokens=700"]))
+    assert asked == [2, 6]  # the warm-up, then the timed generation of the same batch
+    (gen,) = out["cost"]["generate"]
+    assert 0 < gen["encode_s"] < gen["time_s"]
+
+
 def _result(steps, generate=(), scaling="linear", summary_tokens=4000.0, read=1000.0):
     return Results(
         data={"summary": {"train": {"n_examples": 4, "input_tokens_mean": summary_tokens}}},

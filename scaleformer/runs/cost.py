@@ -7,8 +7,9 @@ first step is the warm-up: it allocates the optimiser's state, and its FLOPs are
 attention, forward and backward: :func:`scaleformer.ops.compat.flop_counter`), the encoder's forward
 apart. After it, chunked methods alternate: odd steps as configured, even ones with
 ``method.checkpoint_chunks`` on, so three steps answer "how fast, and does it fit, with and without
-recomputing the chunks?" from one run. Generation, per ``predict`` call (one per evaluated split):
-seconds, of which encoding, and the peak. The record goes into ``metrics.json`` under ``cost``;
+recomputing the chunks?" from one run. Generation, per ``predict`` call (one per evaluated split),
+after an untimed two-token warm-up on its first batch: seconds, of which encoding (the method's
+``encode``), and the peak. The record goes into ``metrics.json`` under ``cost``;
 :mod:`scaleformer.artifacts.costs` turns a grid's records into its cost table.
 
 Off by default: the synchronisation per step costs a GPU its overlap between steps.
@@ -17,6 +18,7 @@ Off by default: the synchronisation per step costs a GPU its overlap between ste
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import lightning.pytorch as pl
@@ -91,11 +93,11 @@ class CostProbe(pl.Callback):
         that grows with the input, where the decoder's does not."""
         counted, inner = [0], [None]
 
-        def before(*_: Any) -> None:
+        def before() -> None:
             inner[0] = compat.flop_counter()
             inner[0].__enter__()
 
-        def after(*_: Any) -> None:
+        def after() -> None:
             inner[0].__exit__(None, None, None)
             counted[0] += int(inner[0].get_total_flops())
 
@@ -103,13 +105,29 @@ class CostProbe(pl.Callback):
         self._encoder_flops = counted
 
     def _around_encoder(self, pl_module: pl.LightningModule, before: Any, after: Any) -> None:
-        """Run ``before``/``after`` around every encoder call (chunked methods make several per batch)."""
-        encoder = pl_module.model.get_encoder()
-        self._hooks = [encoder.register_forward_pre_hook(before), encoder.register_forward_hook(after)]
+        """Run ``before``/``after`` around each encoding of a batch: the method's ``encode``, not the encoder
+        module's forward, which ScaleFormer's kept-position last layer runs around (its generation's
+        encoding read 0 s through forward hooks on the first GPU dry run)."""
+        method = pl_module.method
+        inner, depth = method.encode, [0]
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            depth[0] += 1
+            if depth[0] == 1:
+                before()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if not depth[0]:
+                    after()
+
+        method.encode = timed  # an instance attribute over the class's method, removed by _remove_hooks
+        self._hooks = [method]
 
     def _remove_hooks(self) -> None:
-        for h in self._hooks:
-            h.remove()
+        for method in self._hooks:
+            vars(method).pop("encode", None)
         self._hooks = []
 
     def _stop_counting(self) -> int | None:
@@ -127,17 +145,37 @@ class CostProbe(pl.Callback):
         self._encode_s, started = 0.0, [0.0]
         device = pl_module.device
 
-        def before(*_: Any) -> None:
+        def before() -> None:
             sync(device)
             started[0] = time.perf_counter()
 
-        def after(*_: Any) -> None:
+        def after() -> None:
             sync(device)
             self._encode_s += time.perf_counter() - started[0]
 
         self._around_encoder(pl_module, before, after)
+        self._start_timing(device)
+
+    def _start_timing(self, device: torch.device) -> None:
+        self._encode_s = 0.0
         self._base = self._memory(device).start()
         self._t0 = time.perf_counter()
+
+    def on_predict_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                               batch_idx: int, dataloader_idx: int = 0) -> None:
+        # The first generation of a process pays one-time costs: on the first GPU dry run its first cell
+        # took 62 s against 8-10 s for the same lengths after it. Two new tokens of the first batch,
+        # untimed and in predict's precision, take them; the timing restarts after.
+        if batch_idx:
+            return
+        timed = pl_module.gen_cfg
+        pl_module.gen_cfg = replace(timed, max_new_tokens=min(2, timed.max_new_tokens), min_new_tokens=0)
+        try:
+            with torch.no_grad(), trainer.precision_plugin.predict_step_context():
+                pl_module.generate(batch)
+        finally:
+            pl_module.gen_cfg = timed
+        self._start_timing(pl_module.device)
 
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         sync(pl_module.device)
