@@ -295,6 +295,44 @@ def render_qa_by_window() -> str:
             + "\n".join(lines))
 
 
+def _cost_record(artifact: str) -> tuple[Path, dict[str, Any]] | None:
+    """The committed cost table of an artifact's dry run, a GPU's when there is one."""
+    for name in (f"{artifact}-gpu.json", f"{artifact}.json"):
+        path = RESULTS / "dryrun" / name
+        if path.exists():
+            return path, _read_json(path)
+    return None
+
+
+def render_dryrun_costs() -> str:
+    """Hours of each artifact's paper profile and the memory of training at its longest documents, from the
+    dry runs' cost tables (``scaleformer.artifacts.costs``)."""
+    found = {a: r for a in ("table1", "table2", "figure2", "table_qa") if (r := _cost_record(a))}
+    if not found:
+        raise MissingResults("results/dryrun/: no cost table (make table1 PROFILE=dryrun)")
+    hours = ["| artifact | measured on | cells | paper profile (h) | training (h) | generation (h) |",
+             "|---|---|---|---|---|---|"]
+    memory = []
+    for artifact, (path, rec) in found.items():
+        rows = rec["rows"]
+        where = re.search(r"machine ([^;]+);", rec.get("provenance", ""))
+        device = f"{rows[0]['device']} ({where[1] if where else '?'}), {rows[0]['precision']}"
+        train, gen = (sum(r.get(k) or 0 for r in rows) / 3600 for k in ("train_s", "gen_s"))
+        hours.append(f"| [{artifact}](results/dryrun/{path.stem}.md) | {device} | {len(rows)} | {rec['total_h']:,.0f} "
+                     f"| {train:,.0f} | {gen:,.0f} |")
+        longest = max(r["paper_tokens"] for r in rows)
+        at = [r for r in rows if r["paper_tokens"] == longest]
+        memory.append(f"{artifact}, {at[0]['column']} ({longest:,} tokens, scaled from the {at[0]['tokens']:,} read): "
+                      + ", ".join(
+            f"{r['method']} {_fmt(r['train_peak_gb'])} / {_fmt(r['train_peak_ckpt_gb'])}" for r in at) + ".")
+    missing = [a for a in ("table1", "table2", "figure2", "table_qa") if a not in found]
+    return ("From `results/dryrun/` (`make <artifact> PROFILE=dryrun`; the arithmetic of every cell is in its "
+            "table): the paper profile's time on the device that measured it, one device, nothing in parallel.\n\n"
+            + "\n".join(hours) + "\n\nPeak GB to train at the longest documents, without / with "
+            "`method.checkpoint_chunks`: " + " ".join(memory)
+            + (f" Not measured yet: {', '.join(missing)}." if missing else ""))
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "default": render_default,
     "default-town": render_default_town,
@@ -311,6 +349,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "table1-tiny-power": lambda: render_detectable("table1", "rouge1"),
     "table_qa-tiny-power": lambda: render_detectable("table_qa", "exact_match"),
     "selector-picks": render_selector_picks,
+    "dryrun-costs": render_dryrun_costs,
 }
 
 
