@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import CONF, compose
+from conftest import CONF, ROOT, compose
 from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf.errors import OmegaConfBaseException
 
@@ -229,3 +229,43 @@ def test_a_config_file_is_for_random_weights_and_must_be_readable(tmp_path):
         rc = to_config(compose(["backbone=bart_base_shape", f"backbone.config_file={path}"]))
         with pytest.raises(ConfigError, match=rf"^backbone\.config_file='.*': {message}"):
             model_config(rc.backbone, load_tokenizer(rc.backbone))
+
+
+COUNTED_RUN = """
+import collections, json, sys
+from scaleformer.runs import context, identity
+calls = collections.Counter()
+def counted(module, name, key=None):
+    real = getattr(module, name)
+    def wrapper(*a, **k):
+        calls[name if key is None else f"{name}:{key(*a)}"] += 1
+        return real(*a, **k)
+    setattr(module, name, wrapper)
+for module, name in ((context, "check_groups"), (identity, "fill_run_paths"), (identity, "training_identity"),
+                     (identity, "evaluation_identity")):
+    counted(module, name)
+counted(context, "check_path_length", key=lambda k, _: k)
+from scaleformer.cli.train import main
+sys.argv = ["train.py", "debug=default", f"paths.root={sys.argv[1]}/r", f"paths.cache={sys.argv[1]}/c"]
+try:
+    main()
+finally:
+    print("CALLS " + json.dumps(calls))
+"""
+
+
+def test_a_run_checks_and_names_itself_once(tmp_path):
+    """`train.py` checks the groups once (the command's check is handed to the run), and computes the
+    identities, the run paths and each path-length check once."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", COUNTED_RUN, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    line = next((x for x in out.stdout.splitlines() if x.startswith("CALLS ")), None)
+    assert out.returncode == 0 and line, out.stderr[-2000:]
+    assert json.loads(line[6:]) == {
+        "check_groups": 1, "fill_run_paths": 1, "training_identity": 1, "evaluation_identity": 1,
+        "check_path_length:paths.root": 1, "check_path_length:paths.cache": 1, "check_path_length:paths.run_dir": 1}

@@ -142,9 +142,12 @@ def hydra_main(cfg: DictConfig) -> float | None:
 
     hc = HydraConfig.get()
     sweep = hc.mode == RunMode.MULTIRUN
-    if not sweep:  # a mistake in the settings stops before torch, transformers and Lightning are imported
+    with open_dict(cfg):
+        cfg.choices = group_choices(hc.runtime.choices)
+    checked = None
+    if not sweep:  # a mistake in the settings stops before a model, data or trainer is built
         try:
-            check_groups(cfg)
+            checked = check_groups(cfg)
         except ConfigError as e:
             raise SystemExit(f"error: {redact(str(e))}") from None
 
@@ -152,10 +155,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
     from scaleformer.errors import UserError, storage_error
     from scaleformer.runs.run import run
 
-    with open_dict(cfg):
-        cfg.choices = group_choices(hc.runtime.choices)
     try:
-        result = run(cfg)
+        result = run(cfg, checked)
     except UserError as e:  # a setting, a file, the network, a busy folder: one clear line, no traceback
         if not sweep:
             raise SystemExit(f"error: {redact(str(e))}") from None

@@ -46,10 +46,11 @@ from scaleformer.runs.trainer import build_trainer, instantiate_all
 log = logging.getLogger("scaleformer")
 
 
-def run(cfg: Any) -> dict[str, Any]:
+def run(cfg: Any, checked: Any = None) -> dict[str, Any]:
     """Train (when asked) and evaluate one configuration; returns the metrics.json content.
 
-    On global rank 0 only; other ranks of a distributed run return an empty dict.
+    On global rank 0 only; other ranks of a distributed run return an empty dict. ``checked``: the
+    command's own :func:`~scaleformer.runs.context.check_groups` of ``cfg``, not repeated.
     """
     from scaleformer.metrics import reset_notices
 
@@ -57,7 +58,7 @@ def run(cfg: Any) -> dict[str, Any]:
     git_commit()  # the checkout's commit as this process starts its first run (cached: what it loaded)
     quiet()
     reset_notices()  # a multirun's runs each say once which BERTScore model they used
-    ctx = RunContext.create(to_config(cfg), started)  # every key, type and range, before anything heavy
+    ctx = RunContext.create(to_config(cfg, checked), started)  # every key, type and range, before anything heavy
     rc = ctx.cfg
     expected = ctx.expected_eval_dir
     if rc.skip_existing and expected is not None and (existing := Results.read(expected)) is not None:
