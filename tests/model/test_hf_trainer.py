@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 
 import scaleformer
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
@@ -14,7 +14,7 @@ from scaleformer.model.hf import ScaleformerForConditionalGeneration
 # The model class sits on transformers internals (post_init, Auto registration, generate): make
 # test-compat runs these on other releases too.
 pytestmark = pytest.mark.compat
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts"))
 pytest.importorskip("accelerate", reason="Trainer needs accelerate (pip install 'scaleformer[hf]')")
 
 

@@ -1,4 +1,5 @@
-"""Span representation cumulation against a plain loop that spells out eqs. 2-5 term by term."""
+"""Span representation cumulation against a plain loop that spells out eqs. 2-5 term by term
+(``fusion_loop`` in tests/chunk_reference.py, which tests/methods/test_chunked_reference.py also uses)."""
 
 from __future__ import annotations
 
@@ -6,37 +7,9 @@ import itertools
 
 import pytest
 import torch
+from chunk_reference import fusion_loop
 
 from scaleformer.ops.fusion import span_cumulation
-
-
-def reference(left: torch.Tensor, right: torch.Tensor, alpha: float, counts: list[int]):
-    """Eqs. 2-5 literally, in float64, one document, chunk and boundary slot at a time."""
-    left, right = left.double(), right.double()
-    out_l, out_r = left.clone(), right.clone()
-    batch, _, k, _ = left.shape
-    for b in range(batch):
-        n = counts[b]
-        for i in range(1, n + 1):  # 1-based chunk index as in the paper
-            for s in range(k):
-                li, ri = left[b, i - 1, s], right[b, i - 1, s]
-                if i > 1:  # eq. 2
-                    acc = li.clone()
-                    for j in range(1, i):
-                        acc = acc + left[b, j - 1, s] + right[b, j - 1, s]
-                    ctx_back = acc / (2 * i - 1)
-                else:
-                    ctx_back = li
-                if i < n:  # eq. 3
-                    acc = ri.clone()
-                    for j in range(i + 1, n + 1):
-                        acc = acc + left[b, j - 1, s] + right[b, j - 1, s]
-                    ctx_fwd = acc / (2 * (n - i) + 1)
-                else:
-                    ctx_fwd = ri
-                out_l[b, i - 1, s] = alpha * li + (1 - alpha) * ctx_back  # eq. 4
-                out_r[b, i - 1, s] = alpha * ri + (1 - alpha) * ctx_fwd  # eq. 5
-    return out_l, out_r
 
 
 def _case(batch: int, chunks: int, k: int, d: int, seed: int):
@@ -54,7 +27,7 @@ def test_matches_term_by_term_loop(batch, chunks, k, d):
     for seed, alpha in enumerate([0.0, 0.5, 1.0, 0.137]):
         left, right, counts, mask = _case(batch, chunks, k, d, seed)
         lf, rf = span_cumulation(left, right, alpha, mask)
-        el, er = reference(left, right, alpha, counts)
+        el, er = fusion_loop(left, right, alpha, counts)
         assert lf.shape == left.shape and rf.shape == right.shape
         for b, n in enumerate(counts):
             torch.testing.assert_close(lf[b, :n].double(), el[b, :n], atol=1e-5, rtol=0)
@@ -69,7 +42,7 @@ def test_random_grid_many_chunks():
         alpha = float(torch.rand(1, generator=g))
         left, right, counts, mask = _case(batch, chunks, k, d, 100 + trial)
         lf, rf = span_cumulation(left, right, alpha, mask)
-        el, er = reference(left, right, alpha, counts)
+        el, er = fusion_loop(left, right, alpha, counts)
         for b, n in enumerate(counts):
             torch.testing.assert_close(lf[b, :n].double(), el[b, :n], atol=1e-5, rtol=0)
             torch.testing.assert_close(rf[b, :n].double(), er[b, :n], atol=1e-5, rtol=0)

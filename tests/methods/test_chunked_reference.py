@@ -1,14 +1,14 @@
 """SLED and ScaleFormer on real tiny encoders against a plain reference: every chunk encoded on its own
 (one unpadded encoder call per chunk of the hand-checked plan in tests/chunk_reference.py), the kept
-positions read by hand, and the fusion as the term-by-term loop of tests/test_fusion.py. Also: the
-middle tokens drawn at evaluation overlap between neighbouring chunks as much as training's draws."""
+positions read by hand, and the fusion as the term-by-term loop of eqs. 2-5 (``fusion_loop``, also in
+tests/chunk_reference.py). Also: the middle tokens drawn at evaluation overlap between neighbouring
+chunks as much as training's draws."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from chunk_reference import chunk_spans, windows
-from test_fusion import reference as fusion_loop
+from chunk_reference import chunk_spans, fusion_loop, windows
 from transformers import BartConfig, BartModel, T5Config, T5EncoderModel
 
 from scaleformer.methods import BackboneSpec, build_method, method_config

@@ -15,10 +15,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 from test_decoding import METHODS, batch, settings, shared, stock, tiny
 
 from scaleformer.methods import build_method, method_config
@@ -27,7 +27,6 @@ from scaleformer.ops.chunking import auto_encoder_batch_size
 
 CUDA = torch.cuda.is_available()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="needs a CUDA device (none here)")]
-ROOT = Path(__file__).resolve().parents[1]
 LENGTHS = [300, 170, 9]
 
 

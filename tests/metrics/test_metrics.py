@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from rouge_score import rouge_scorer
 
 from scaleformer import metrics as M
@@ -20,7 +21,6 @@ from scaleformer.metrics import sentences as splitter
 from scaleformer.model import hub
 from scaleformer.model.hub import HubUnreachableError
 
-ROOT = Path(__file__).resolve().parents[1]
 TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
 

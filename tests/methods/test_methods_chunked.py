@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import resource
 import time
-from pathlib import Path
 
 import pytest
 import torch
 from chunk_reference import chunk_spans, windows
-from conftest import compose
+from conftest import CONF, compose
 from omegaconf import OmegaConf
 from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
@@ -20,7 +19,6 @@ from scaleformer.errors import ConfigError
 from scaleformer.methods import BackboneSpec, build_method, method_config
 from scaleformer.ops.fusion import span_cumulation
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 BART = BackboneSpec(max_positions=1024, pad_id=1, prefix_ids=(0,), suffix_ids=(2,), d_model=16)
 T5 = BackboneSpec(max_positions=1024, pad_id=0, prefix_ids=(), suffix_ids=(1,), d_model=16)
 BASE = 1000  # stub documents: content token at document position p has id BASE + p

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import copy
 import logging
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import CONF
 from omegaconf import OmegaConf
 from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
@@ -23,7 +23,6 @@ from scaleformer.runs.context import to_config
 
 pytestmark = pytest.mark.compat  # run on other transformers releases by `make test-compat`
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 BART = BackboneSpec(max_positions=64, pad_id=1, prefix_ids=(0,), suffix_ids=(2,), d_model=16)
 T5 = BackboneSpec(max_positions=1024, pad_id=0, prefix_ids=(), suffix_ids=(1,), d_model=16)
 METHODS = ["masformer", "block_attention", "sliding_window", "full_attention"]

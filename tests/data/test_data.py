@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import compose
+from conftest import ROOT, compose
 
 from scaleformer.config import DataConfig, SplitNames
 from scaleformer.data import Collator, DataError, HubUnavailableError, SummarizationDataModule, synthetic
@@ -24,7 +24,7 @@ from scaleformer.data.sources import ROLES, HubSource, LocalSource, SyntheticSou
 from scaleformer.model.tokenizer import load_offline_tokenizer
 from scaleformer.runs.context import to_config
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "data"
+CONF = ROOT / "conf" / "data"
 CHUNK, OVERLAP = 1024, 150  # the paper's window and overlap
 
 
