@@ -12,7 +12,7 @@ distribution without a wheel there keeps the machine's own version, or stays abs
 has none; both are listed in ``summary.md`` and ``pip check`` is logged, so a result obtained off the
 lock says so. Then:
 
-- ``pytest -m gpu`` (tests/test_gpu.py), its JUnit report and log,
+- ``pytest -m gpu`` (tests/ops/test_gpu.py), its JUnit report and log,
 - ``scripts/bench.py --profile gpu-base`` (results/bench/gpu-base.{json,md,png}); ``--bench-args`` and
   ``--bench-timeout`` run the grid in pieces (``--resume``): a run stopped at its timeout keeps every
   cell it measured and its table is rendered from them,

@@ -1,5 +1,6 @@
 """The package's shape: no import cycles, imports pointing down the layers, subpackages that say what
-lives in them, one version source, and a wheel that carries its configs.
+lives in them, one version source, a wheel that carries its configs, and tests/ mirroring the package
+(tests/README.md).
 
 The import graph counts every import the code can execute, those inside functions included (a
 deferred import hides a cycle, it does not remove it); only ``if TYPE_CHECKING:`` blocks are left out.
@@ -36,6 +37,9 @@ LAYERS = [
     {"cli"},
 ]
 TOP_LEVEL_MODULES = {"__init__", "errors", "io", "progress", "resources", "config", "compose"}
+TESTS = ROOT / "tests"
+# Test folders that are no subpackage: the repository's scripts/, and golden/'s pinned values (data).
+TEST_FOLDERS_BESIDE_THE_PACKAGE = {"scripts", "golden"}
 
 
 def _modules() -> dict[str, Path]:
@@ -170,3 +174,32 @@ def test_the_wheel_carries_configs_specs_and_assets(tmp_path):
     scripts = zipfile.ZipFile(wheel).read(entry).decode()
     for command in ("scaleformer = scaleformer.cli:main", "scaleformer-train", "scaleformer-summarize"):
         assert command in scripts
+
+
+def test_tests_mirror_the_package():
+    """A test folder is named after a subpackage of scaleformer (or scripts/); test modules keep unique
+    basenames and no folder has an __init__.py or a conftest.py of its own: pytest imports each test
+    module by its basename, and tests/conftest.py serves every folder."""
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    packages = {p.parent.name for p in PKG.glob("*/__init__.py")}
+    assert folders - packages - TEST_FOLDERS_BESIDE_THE_PACKAGE == set(), "tests/<folder> names no subpackage"
+    names = [p.name for p in TESTS.rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == [], "two test modules share a basename"
+    assert sorted(TESTS.rglob("__init__.py")) == [] and sorted(TESTS.rglob("conftest.py")) == [TESTS / "conftest.py"]
+
+
+def test_test_modules_import_test_modules_of_their_own_folder_or_the_top_level_only():
+    """tests/ is on the path (pyproject's pythonpath) but a subfolder is only while pytest imports one of
+    its modules: what tests of several folders share lives at the top (conftest, helpers, chunk_reference)."""
+    top = {p.stem for p in TESTS.glob("*.py")}
+    found = []
+    for path in sorted(TESTS.rglob("*.py")):
+        mine = top | {p.stem for p in path.parent.glob("*.py")}
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            else:
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{path.relative_to(TESTS)}: {n}" for n in names
+                      if n.split(".")[0].startswith("test_") and n.split(".")[0] not in mine]
+    assert found == []

@@ -2,8 +2,8 @@
 
 Why scipy (``scipy.stats.bootstrap`` / ``permutation_test``) rather than our own loops: both are
 maintained, vectorised and documented, and BCa intervals are easy to get subtly wrong. The plain
-loops that spell the math out live in ``tests/test_stats.py`` as the reference these are checked
-against.
+loops that spell the math out live in ``tests/metrics/test_stats.py`` as the reference these are
+checked against.
 
 - :func:`mean_ci`: a mean over documents and its 95% bootstrap interval (BCa; percentile where BCa is
   undefined, e.g. every document scoring the same);
