@@ -17,6 +17,7 @@ from omegaconf import DictConfig, open_dict
 
 from scaleformer.config import Config
 from scaleformer.methods import REGISTRY
+from scaleformer.resources import conf_dir
 
 
 def register_configs() -> None:
@@ -35,7 +36,6 @@ def compose_config(overrides: list[str] | None = None, config_dir: str | None = 
     from hydra.core.global_hydra import GlobalHydra
 
     register_configs()
-    from scaleformer.resources import conf_dir
 
     conf = config_dir or str(conf_dir())
     GlobalHydra.instance().clear()

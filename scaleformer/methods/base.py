@@ -17,6 +17,9 @@ import numpy as np
 import torch
 from omegaconf import MISSING
 
+from scaleformer.errors import ConfigError
+from scaleformer.ops import compat
+
 REGISTRY: dict[str, type[Method]] = {}
 
 
@@ -63,8 +66,6 @@ def check_document_share(n_prefix: int, window: int, n_special: int, key: str, w
 
     ``where`` (e.g. "3 of 128 validation examples") says how much of the data the longest query stands for.
     """
-    from scaleformer.errors import ConfigError
-
     room = window - n_prefix - n_special
     need = document_need(window)
     if n_prefix and room < need:
@@ -92,8 +93,6 @@ class Method(ABC):
             REGISTRY[cls.name] = cls
 
     def __init__(self, cfg: MethodConfig, spec: BackboneSpec) -> None:
-        from scaleformer.ops import compat
-
         self.cfg = cfg
         self.spec = spec
         compat.require(self.requires, f"method={cfg.name}")

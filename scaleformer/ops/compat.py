@@ -44,6 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from scaleformer.errors import ConfigError
 from scaleformer.resources import installed  # noqa: F401 (compat.installed: the one version helper)
 
 log = logging.getLogger("scaleformer")
@@ -379,8 +380,6 @@ def enabled(name: str) -> bool:
 
 def require(names: Iterable[str], key: str) -> None:
     """Stop with one line when a required patch does not fit the installed transformers."""
-    from scaleformer.errors import ConfigError
-
     for name in names:
         if (why := mismatch(name)) is not None:
             raise ConfigError(f"{key} needs {PATCHES[name].what}, which this project patches into transformers; "
