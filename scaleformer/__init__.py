@@ -29,7 +29,7 @@ __all__ = ["ScaleformerConfig", "ScaleformerForConditionalGeneration", "Summariz
 # AutoConfig / AutoModelForSeq2SeqLM learn model_type "scaleformer" (when transformers loads them).
 _autoreg.install()
 
-_LAZY = {"Summarizer": "scaleformer.export.summarizer", "wrap": "scaleformer.model.hf",
+_LAZY = {"Summarizer": "scaleformer.export.summarizer", "wrap": "scaleformer.model.wrapping",
          "ScaleformerForConditionalGeneration": "scaleformer.model.hf",
          "ScaleformerConfig": "scaleformer.model.hf_config"}
 

@@ -176,6 +176,13 @@ class GenerationConfig:
               self.no_repeat_ngram_size, "must be >= 0")
 
 
+def generation_kwargs(g: Any) -> dict[str, Any]:
+    """``model.generate`` keywords of a :class:`scaleformer.config.GenerationConfig`."""
+    return {"num_beams": g.num_beams, "max_new_tokens": g.max_new_tokens, "min_new_tokens": g.min_new_tokens,
+            "length_penalty": g.length_penalty, "no_repeat_ngram_size": g.no_repeat_ngram_size,
+            **({"early_stopping": True} if g.num_beams > 1 else {})}  # a beam-search flag only
+
+
 @dataclass
 class OptimConfig:
     lr: float = 5e-5

@@ -37,6 +37,7 @@ __all__ = ["Collator", "DataError", "HubUnavailableError", "SummarizationDataMod
 
 def __getattr__(name: str) -> Any:
     if name in ("Collator", "SummarizationDataModule"):
+        # deferred: the datamodule loads Lightning; `scaleformer score` and the metrics import this package
         from scaleformer.data import datamodule
 
         return getattr(datamodule, name)

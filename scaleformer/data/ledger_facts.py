@@ -32,6 +32,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from scaleformer.data import synthetic
+from scaleformer.model.vocab import special_token_ids
+
 FIELDS = ("who", "verb", "n", "obj", "where")
 
 
@@ -60,8 +63,7 @@ def _alt(words: Sequence[str]) -> str:
 
 @lru_cache(maxsize=1)
 def _patterns() -> dict[str, re.Pattern[str]]:
-    from scaleformer.data import synthetic as s
-
+    s = synthetic  # the generator's vocabulary, which the patterns read back
     places = _alt([p.removeprefix("the ") for p in s.PLACES])
     who = rf"(?:{_alt(s.FIRST)}) (?:{_alt(s.LAST)})"
     return {
@@ -188,8 +190,6 @@ def window_ceiling(documents: Sequence[str], tokenizer: Any, window: int) -> dic
     document's events lying wholly inside the window truncation keeps (its closing specials
     included), averaged over documents as :func:`compute_facts` averages recall.
     """
-    from scaleformer.model.tokenizer import special_token_ids
-
     _, suffix = special_token_ids(tokenizer)
     if window <= len(suffix):
         raise ValueError(f"window={window}: must exceed the {len(suffix)} closing special tokens")
@@ -216,8 +216,6 @@ def answers_inside_window(rows: Sequence[Mapping[str, str]], tokenizer: Any, win
     reads the query first, then the document up to the window (its specials included), so a reader
     of that window alone can state at most these answers.
     """
-    from scaleformer.model.tokenizer import special_token_ids
-
     _, suffix = special_token_ids(tokenizer)
     inside = []
     for row in rows:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from scaleformer.io import atomic_write_jsonl, atomic_write_text
+from scaleformer.model.vocab import ASSET, SPECIAL_TOKENS, VOCAB_SIZE
 
 # Bump when the generated text changes, so cached files and tokenizers are rebuilt.
 GENERATOR_VERSION = 1
@@ -289,8 +290,6 @@ def build_offline_bpe(vocab_size: int | None = None) -> Any:
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from scaleformer.model.tokenizer import SPECIAL_TOKENS, VOCAB_SIZE
-
     vocab_size = vocab_size or VOCAB_SIZE
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     # No prefix space: like GPT-2/BART, so decoding does not grow a leading space.
@@ -310,8 +309,6 @@ def build_offline_bpe(vocab_size: int | None = None) -> Any:
 def write_offline_asset(path: Path | None = None) -> Path:
     """Rebuild the shipped tokenizer json: ``python -m scaleformer.data.synthetic`` (after changing the
     generator's vocabulary)."""
-    from scaleformer.model.tokenizer import ASSET
-
     path = path or ASSET
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(build_offline_bpe().to_str(pretty=True) + "\n", encoding="utf-8")

@@ -2,9 +2,10 @@
 tokenizer, the shipped tiny readers' recipes, and the one answer to "is the hub reachable?".
 
 - ``backbone``: configs, weights and the facts methods need (``BackboneSpec``);
-- ``hf``, ``hf_config``: the Hugging Face model class and config that carry a method, and ``wrap``;
-  ``autoreg``: their registration with the Auto classes;
-- ``tokenizer``: the offline BPE and special-token helpers; ``readers``: the tiny readers' recipes
+- ``hf``, ``hf_config``: the Hugging Face model class and config that carry a method; ``wrapping``:
+  ``wrap``; ``autoreg``: their registration with the Auto classes;
+- ``tokenizer``: the offline BPE and special-token helpers (``vocab``: their constants and the
+  special-token probe, without transformers); ``readers``: the tiny readers' recipes
   (data; the pretraining loop is ``scaleformer.artifacts.pretrain_reader``);
 - ``hub``: one network probe and the local cache, for backbones, data and metrics.
 """

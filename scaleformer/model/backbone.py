@@ -28,10 +28,12 @@ from scaleformer.config import BackboneConfig
 from scaleformer.errors import ConfigError
 from scaleformer.methods import build_method
 from scaleformer.methods.base import BackboneSpec, Method, MethodConfig
+from scaleformer.model.hf_config import learned_positions
 from scaleformer.model.hub import HubUnreachableError, is_local, unreachable_message, unreachable_reason
 from scaleformer.model.readers import RECIPES
+from scaleformer.model.tokenizer import load_offline_tokenizer, special_token_ids
 from scaleformer.ops import compat
-from scaleformer.resources import ASSET_PREFIX, resolve_asset
+from scaleformer.resources import ASSET_PREFIX, assets_dir, resolve_asset
 
 _LOCAL_HINT = ("Download it on a connected machine (`hf download {id} --local-dir DIR`) and set "
                "backbone.pretrained=DIR (and backbone.tokenizer=DIR), or use backbone=tiny_bart / tiny_t5.")
@@ -67,8 +69,6 @@ def _from_hub(loader: Any, ident: str, what: str, key: str, **kwargs: Any) -> An
 def load_tokenizer(cfg: BackboneConfig) -> Any:
     name = cfg.tokenizer or cfg.pretrained
     if name is None or name == "offline":
-        from scaleformer.model.tokenizer import load_offline_tokenizer
-
         return load_offline_tokenizer(cfg.arch or "bart")
     return _from_hub(AutoTokenizer.from_pretrained, name, "tokenizer",
                      "backbone.tokenizer" if cfg.tokenizer else "backbone.pretrained")
@@ -79,22 +79,6 @@ def model_config(cfg: BackboneConfig, tokenizer: Any) -> PretrainedConfig:
     conf = _read_config(cfg, tokenizer)
     check_positions(cfg, conf)
     return conf
-
-
-def learned_positions(conf: PretrainedConfig) -> tuple[str, int] | None:
-    """The config key and number of input positions the encoder has embeddings for; None for relative
-    positions (the T5 family), which have no hard limit.
-
-    BART-like models index a table of ``max_position_embeddings`` (LED: ``max_encoder_position_embeddings``)
-    rows, so a longer input fails with an IndexError deep inside the first forward pass.
-    """
-    if getattr(conf, "relative_attention_num_buckets", None):
-        return None
-    for key in ("max_encoder_position_embeddings", "max_position_embeddings", "n_positions"):
-        value = getattr(conf, key, None)
-        if value:
-            return key, int(value)
-    return None
 
 
 def check_positions(cfg: BackboneConfig, conf: PretrainedConfig) -> None:
@@ -135,8 +119,6 @@ def architecture_file(path: str) -> dict[str, Any]:
     path names a file in scaleformer/assets/."""
     import json
 
-    from scaleformer.resources import assets_dir
-
     file = Path(path).expanduser()
     file = file if file.is_absolute() else assets_dir() / file
     try:
@@ -159,8 +141,6 @@ def max_positions(cfg: BackboneConfig, conf: PretrainedConfig) -> int:
 
 
 def backbone_spec(cfg: BackboneConfig, tokenizer: Any, conf: PretrainedConfig) -> BackboneSpec:
-    from scaleformer.model.tokenizer import special_token_ids
-
     prefix, suffix = special_token_ids(tokenizer)
     return BackboneSpec(
         max_positions=max_positions(cfg, conf), pad_id=tokenizer.pad_token_id, prefix_ids=tuple(prefix),

@@ -16,7 +16,8 @@ the same file, so loading reports no missing or unexpected keys.
 - :class:`ScaleformerConfig` (``model_type="scaleformer"``): ``backbone`` (the backbone's config),
   ``method`` (the method's validated config, e.g. ``{"name": "scaleformer", "middle_tokens": 64}``)
   and ``spec`` (the :class:`~scaleformer.methods.base.BackboneSpec` facts: positions, special ids);
-- :func:`wrap`: any loaded seq2seq model (+ its tokenizer) to that class, sharing its weights.
+- ``scaleformer.wrap`` (:mod:`scaleformer.model.wrapping`): any loaded seq2seq model (+ its tokenizer)
+  to that class, sharing its weights.
 """
 
 from __future__ import annotations
@@ -26,15 +27,17 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers import AutoModelForSeq2SeqLM, GenerationMixin, PreTrainedModel
 
 from scaleformer.errors import ConfigError
-from scaleformer.model.hf_config import ScaleformerConfig
+from scaleformer.model.hf_config import ScaleformerConfig, learned_positions
 
-# The methods and ops are imported where used: this module is imported by the Auto registration,
-# which can run while transformers is first imported from inside those very packages.
+# The methods and ops are imported where used (the two imports marked "deferred" below): this module is
+# imported by the Auto registration, which can run while transformers is first imported from inside
+# those very packages, half-built then (a top-level import of them fails, and the Auto classes would
+# not learn model_type "scaleformer"). Code that builds methods lives in scaleformer.model.wrapping.
 if TYPE_CHECKING:
-    from scaleformer.methods.base import BackboneSpec, Encoded, Method
+    from scaleformer.methods.base import Encoded, Method
 
 
 class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
@@ -57,6 +60,7 @@ class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
 
     def __init__(self, config: ScaleformerConfig, backbone: PreTrainedModel | None = None,
                  method: Method | None = None) -> None:
+        # deferred: the methods import ops (see the note above the class)
         from scaleformer.methods import build_method, method_config
 
         super().__init__(config)
@@ -73,7 +77,7 @@ class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
 
     @classmethod
     def from_parts(cls, backbone: PreTrainedModel, method: Method) -> ScaleformerForConditionalGeneration:
-        """A backbone (weights shared) read through a built method: how runs and :func:`wrap` make one."""
+        """A backbone (weights shared) read through a built method: how runs and :func:`~scaleformer.model.wrapping.wrap` make one."""
         config = ScaleformerConfig(backbone=backbone.config, method=dataclasses.asdict(method.cfg),
                                    spec=dataclasses.asdict(method.spec))
         model = cls(config, backbone=backbone, method=method)
@@ -129,6 +133,7 @@ class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
         this model's ``generation_config.json``), keywords override them as in ``model.generate``."""
         if input_ids is None:
             raise ValueError("generate needs input_ids: the long documents, tokenized")
+        # deferred: ops imports transformers, so it can be half-built here (see the note above the class)
         from scaleformer.ops import decoding
 
         gen = copy.deepcopy(generation_config or self.generation_config)
@@ -140,8 +145,6 @@ class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
 def check_window(config: ScaleformerConfig) -> None:
     """The method's window fits the backbone's learned positions (a tampered or mistyped config would
     otherwise fail deep inside the embedding with an IndexError)."""
-    from scaleformer.model.backbone import learned_positions
-
     window = config.spec.get("max_positions")
     learned = learned_positions(config.backbone) if config.backbone is not None else None
     if not isinstance(window, int) or window < 1:
@@ -149,79 +152,6 @@ def check_window(config: ScaleformerConfig) -> None:
     if learned is not None and window > learned[1]:
         raise ConfigError(f"config.json: spec.max_positions={window} is above the {learned[1]} positions the "
                           f"backbone's weights have ({learned[0]}); the config does not belong to these weights")
-
-
-def summaries(model: ScaleformerForConditionalGeneration, tokenizer: Any, g: Any, input_ids: torch.Tensor,
-              attention_mask: torch.Tensor | None = None, prefix_ids: torch.Tensor | None = None,
-              prefix_mask: torch.Tensor | None = None) -> list[str]:
-    """Decoded summaries of a batch under a :class:`scaleformer.config.GenerationConfig`: the one place
-    training runs, evaluation and the Summarizer decode, so they decode alike."""
-    from scaleformer.ops import decoding
-
-    out = model.generate(input_ids, attention_mask, prefix_ids=prefix_ids, prefix_mask=prefix_mask,
-                         **decoding.generation_kwargs(g))
-    return tokenizer.batch_decode(out, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-
-
-def spec_for(model: PreTrainedModel, tokenizer: Any = None, max_positions: int | None = None) -> BackboneSpec:
-    """The facts a method needs about a loaded backbone; the tokenizer gives its special ids (else the
-    config's: ``<bos> ... <eos>`` when it has a BOS id, ``... <eos>`` otherwise, as BART and T5 do)."""
-    from scaleformer.config import BackboneConfig
-    from scaleformer.model.backbone import backbone_spec, check_positions, learned_positions
-
-    conf = model.config
-    bcfg = BackboneConfig(name=getattr(conf, "name_or_path", None) or conf.model_type, pretrained="wrapped",
-                          max_positions=max_positions)
-    check_positions(bcfg, conf)
-    if max_positions is None and learned_positions(conf) is None:
-        raise ConfigError(f"wrap(max_positions=None): {conf.model_type} uses relative positions, so its window "
-                          "is a choice: pass max_positions (the paper's chunks are 1024 tokens)")
-    if tokenizer is None:
-        tokenizer = _ConfigTokens(conf)
-    return backbone_spec(bcfg, tokenizer, conf)
-
-
-class _ConfigTokens:
-    """Stands in for a tokenizer when :func:`wrap` gets none: special ids from the model config."""
-
-    def __init__(self, conf: PretrainedConfig) -> None:
-        self.pad_token_id = conf.pad_token_id
-        bos = getattr(conf, "bos_token_id", None)
-        self._prefix = [] if bos is None or bos == conf.pad_token_id else [bos]
-        self._suffix = [] if conf.eos_token_id is None else [conf.eos_token_id]
-
-    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
-        body = [7] * max(1, len(text.split()))  # any ids: only where the special ids sit matters
-        return {"input_ids": (self._prefix + body + self._suffix) if add_special_tokens else body}
-
-
-def wrap(model: PreTrainedModel, method: str | dict[str, Any] = "scaleformer_middle", tokenizer: Any = None,
-         max_positions: int | None = None, **method_params: Any) -> ScaleformerForConditionalGeneration:
-    """Any loaded seq2seq model, reading long inputs through ``method``; its weights are shared, not copied.
-
-    ``method`` names an option of ``conf/method/`` (``sled``, ``scaleformer_middle``, ...) or is a
-    method config dict; ``method_params`` change its parameters (``middle_tokens=100``).
-    ``max_positions`` is the encoder's window (default: the model's learned positions; T5 needs it).
-    """
-    from scaleformer.methods import build_method, method_config
-
-    if not isinstance(model, PreTrainedModel) or not getattr(model.config, "is_encoder_decoder", False):
-        raise ConfigError(f"wrap(model={type(model).__name__}): needs a loaded Hugging Face encoder-decoder "
-                          "(e.g. AutoModelForSeq2SeqLM.from_pretrained(...))")
-    mcfg = method_config(_method_dict(method, method_params))
-    return ScaleformerForConditionalGeneration.from_parts(model, build_method(mcfg, spec_for(model, tokenizer,
-                                                                                             max_positions)))
-
-
-def _method_dict(method: str | dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(method, dict):
-        return {**method, **params}
-    from omegaconf import OmegaConf
-
-    from scaleformer.compose import compose_config
-
-    option = OmegaConf.to_container(compose_config([f"method={method}"]).method, resolve=True)
-    return {**option, **params}
 
 
 # Registered on import (see scaleformer.model.autoreg): AutoModelForSeq2SeqLM builds this class for

@@ -2,7 +2,8 @@
 plus the long-context method that reads its inputs.
 
 Its own module so that registering it with ``AutoConfig`` (:mod:`scaleformer.model.autoreg`) needs no
-model code.
+model code. :func:`learned_positions` (the input positions a backbone's config has embeddings for) lives
+here too, so the model class checks its window without importing the backbone loader.
 """
 
 from __future__ import annotations
@@ -45,11 +46,28 @@ class ScaleformerConfig(PretrainedConfig):
 
     @property
     def backbone_spec(self) -> BackboneSpec:
+        # deferred: importing scaleformer.methods imports ops (see the note in scaleformer.model.hf)
         from scaleformer.methods.base import BackboneSpec
 
         fields = {f.name for f in dataclasses.fields(BackboneSpec)}
         spec = {k: (tuple(v) if isinstance(v, list) else v) for k, v in self.spec.items() if k in fields}
         return BackboneSpec(**spec)
+
+
+def learned_positions(conf: PretrainedConfig) -> tuple[str, int] | None:
+    """The config key and number of input positions the encoder has embeddings for; None for relative
+    positions (the T5 family), which have no hard limit.
+
+    BART-like models index a table of ``max_position_embeddings`` (LED: ``max_encoder_position_embeddings``)
+    rows, so a longer input fails with an IndexError deep inside the first forward pass.
+    """
+    if getattr(conf, "relative_attention_num_buckets", None):
+        return None
+    for key in ("max_encoder_position_embeddings", "max_position_embeddings", "n_positions"):
+        value = getattr(conf, key, None)
+        if value:
+            return key, int(value)
+    return None
 
 
 # Registered on import (see scaleformer.model.autoreg): AutoConfig reads model_type "scaleformer".

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from scaleformer.errors import UserError
+from scaleformer.resources import resolve_asset
 
 # The probe only decides "reachable or not"; a dead network must not stall a run or an evaluation.
 PROBE_TIMEOUT_S = 3.0
@@ -122,8 +123,6 @@ def unreachable_message(what: str, ident: str, why: str, local_hint: str) -> str
 
 def check_available(ident: str | None, what: str, local_hint: str) -> None:
     """At start-up: fail when a hub id the run will load later is neither local, cached nor reachable."""
-    from scaleformer.resources import resolve_asset
-
     ident = resolve_asset(ident) if ident is not None else None
     if ident is None or is_local(ident) or cached_snapshot(ident, weights=True) is not None:
         return

@@ -18,11 +18,9 @@ import json
 from tokenizers import Tokenizer, processors
 from transformers import PreTrainedTokenizerFast
 
-from scaleformer.resources import assets_dir
+# The constants and the special-token probe live in vocab (no transformers there); their names stay here.
+from scaleformer.model.vocab import ASSET, SPECIAL_TOKENS, VOCAB_SIZE, special_token_ids  # noqa: F401
 
-ASSET = assets_dir() / "offline_bpe.json"
-SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
-VOCAB_SIZE = 4000
 FLAVOURS = ("bart", "t5")
 
 
@@ -55,23 +53,6 @@ def load_offline_tokenizer(flavour: str = "bart") -> PreTrainedTokenizerFast:
         # Byte-level BPE decodes spaces exactly; WordPiece-style cleanup would corrupt it.
         clean_up_tokenization_spaces=False,
     )
-
-
-def special_token_ids(tokenizer: PreTrainedTokenizerFast) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(prefix, suffix) special ids the tokenizer wraps one sequence in, found by diffing encodings.
-
-    Why generic: the same code must serve our offline BPE, `facebook/bart-base` (``[<s>], [</s>]``)
-    and `t5-base` (``[], [</s>]``) without per-model tables.
-    """
-    for probe in ("summary", "hello world", "a"):
-        plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
-        full = tokenizer(probe, add_special_tokens=True)["input_ids"]
-        n = len(plain)
-        for i in range(len(full) - n + 1):
-            if n and full[i:i + n] == plain:
-                return tuple(full[:i]), tuple(full[i + n:])
-    raise ValueError(f"cannot locate the special tokens of {type(tokenizer).__name__}: its encoding "
-                     "with special tokens does not contain the encoding without them")
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutput
 
+from scaleformer.config import generation_kwargs
 from scaleformer.ops import compat
 from scaleformer.ops.compat import (
     BART_ROLES,
@@ -263,9 +264,12 @@ def cross_attention_bytes(cache: Any) -> int | None:
     return sum(seen.values())
 
 
-def generation_kwargs(g: Any) -> dict[str, Any]:
-    """``model.generate`` keywords of a :class:`scaleformer.config.GenerationConfig`."""
-    return {"num_beams": g.num_beams, "max_new_tokens": g.max_new_tokens, "min_new_tokens": g.min_new_tokens,
-            "length_penalty": g.length_penalty, "no_repeat_ngram_size": g.no_repeat_ngram_size,
-            **({"early_stopping": True} if g.num_beams > 1 else {})}  # a beam-search flag only
-
+def summaries(model: Any, tokenizer: Any, g: Any, input_ids: torch.Tensor,
+              attention_mask: torch.Tensor | None = None, prefix_ids: torch.Tensor | None = None,
+              prefix_mask: torch.Tensor | None = None) -> list[str]:
+    """Decoded summaries of a batch under a :class:`scaleformer.config.GenerationConfig` (``model``: a
+    :class:`~scaleformer.model.hf.ScaleformerForConditionalGeneration`): the one place training runs,
+    evaluation and the Summarizer decode, so they decode alike."""
+    out = model.generate(input_ids, attention_mask, prefix_ids=prefix_ids, prefix_mask=prefix_mask,
+                         **generation_kwargs(g))
+    return tokenizer.batch_decode(out, skip_special_tokens=True, clean_up_tokenization_spaces=False)

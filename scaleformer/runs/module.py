@@ -17,7 +17,8 @@ from transformers import PreTrainedModel, get_linear_schedule_with_warmup
 from scaleformer.config import GenerationConfig, OptimConfig
 from scaleformer.errors import ConfigError
 from scaleformer.methods.base import Encoded, Method
-from scaleformer.model.hf import ScaleformerForConditionalGeneration, summaries
+from scaleformer.model.hf import ScaleformerForConditionalGeneration
+from scaleformer.ops.decoding import summaries
 
 log = logging.getLogger("scaleformer")
 

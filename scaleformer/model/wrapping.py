@@ -1,0 +1,73 @@
+"""``wrap``: any loaded Hugging Face seq2seq model as a
+:class:`~scaleformer.model.hf.ScaleformerForConditionalGeneration` reading long inputs through a method.
+
+Apart from :mod:`scaleformer.model.hf` because it composes method options and builds methods: the
+model class itself must import without the methods (see the note there), this module need not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import OmegaConf
+from transformers import PretrainedConfig, PreTrainedModel
+
+from scaleformer.compose import compose_config
+from scaleformer.config import BackboneConfig
+from scaleformer.errors import ConfigError
+from scaleformer.methods import BackboneSpec, build_method, method_config
+from scaleformer.model.backbone import backbone_spec, check_positions
+from scaleformer.model.hf import ScaleformerForConditionalGeneration
+from scaleformer.model.hf_config import learned_positions
+
+
+def spec_for(model: PreTrainedModel, tokenizer: Any = None, max_positions: int | None = None) -> BackboneSpec:
+    """The facts a method needs about a loaded backbone; the tokenizer gives its special ids (else the
+    config's: ``<bos> ... <eos>`` when it has a BOS id, ``... <eos>`` otherwise, as BART and T5 do)."""
+    conf = model.config
+    bcfg = BackboneConfig(name=getattr(conf, "name_or_path", None) or conf.model_type, pretrained="wrapped",
+                          max_positions=max_positions)
+    check_positions(bcfg, conf)
+    if max_positions is None and learned_positions(conf) is None:
+        raise ConfigError(f"wrap(max_positions=None): {conf.model_type} uses relative positions, so its window "
+                          "is a choice: pass max_positions (the paper's chunks are 1024 tokens)")
+    if tokenizer is None:
+        tokenizer = _ConfigTokens(conf)
+    return backbone_spec(bcfg, tokenizer, conf)
+
+
+class _ConfigTokens:
+    """Stands in for a tokenizer when :func:`wrap` gets none: special ids from the model config."""
+
+    def __init__(self, conf: PretrainedConfig) -> None:
+        self.pad_token_id = conf.pad_token_id
+        bos = getattr(conf, "bos_token_id", None)
+        self._prefix = [] if bos is None or bos == conf.pad_token_id else [bos]
+        self._suffix = [] if conf.eos_token_id is None else [conf.eos_token_id]
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
+        body = [7] * max(1, len(text.split()))  # any ids: only where the special ids sit matters
+        return {"input_ids": (self._prefix + body + self._suffix) if add_special_tokens else body}
+
+
+def wrap(model: PreTrainedModel, method: str | dict[str, Any] = "scaleformer_middle", tokenizer: Any = None,
+         max_positions: int | None = None, **method_params: Any) -> ScaleformerForConditionalGeneration:
+    """Any loaded seq2seq model, reading long inputs through ``method``; its weights are shared, not copied.
+
+    ``method`` names an option of ``conf/method/`` (``sled``, ``scaleformer_middle``, ...) or is a
+    method config dict; ``method_params`` change its parameters (``middle_tokens=100``).
+    ``max_positions`` is the encoder's window (default: the model's learned positions; T5 needs it).
+    """
+    if not isinstance(model, PreTrainedModel) or not getattr(model.config, "is_encoder_decoder", False):
+        raise ConfigError(f"wrap(model={type(model).__name__}): needs a loaded Hugging Face encoder-decoder "
+                          "(e.g. AutoModelForSeq2SeqLM.from_pretrained(...))")
+    mcfg = method_config(_method_dict(method, method_params))
+    return ScaleformerForConditionalGeneration.from_parts(model, build_method(mcfg, spec_for(model, tokenizer,
+                                                                                             max_positions)))
+
+
+def _method_dict(method: str | dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(method, dict):
+        return {**method, **params}
+    option = OmegaConf.to_container(compose_config([f"method={method}"]).method, resolve=True)
+    return {**option, **params}
