@@ -19,7 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scaleformer.export.summarizer import Summarizer
+from scaleformer.errors import ConfigError, redact
+from scaleformer.io import atomic_write_jsonl, atomic_write_text, iter_jsonl
+from scaleformer.model.hub import HubUnreachableError
+from scaleformer.resources import group_options
+from scaleformer.runs.console import quiet
 
 
 def _parse_set(items: list[str]) -> dict[str, Any]:
@@ -48,8 +52,6 @@ def _read_text(path: Path) -> str:
 
 
 def _read_jsonl(path: Path, field: str, id_field: str) -> tuple[list[str], list[str]]:
-    from scaleformer.io import iter_jsonl
-
     ids, texts = [], []
     try:
         for n, row in iter_jsonl(path):
@@ -91,8 +93,6 @@ def _check_device(device: str | None) -> None:
 
 
 def _check_method(option: str | None) -> None:
-    from scaleformer.resources import group_options
-
     if option is not None and option not in (options := group_options("method")):
         raise SystemExit(f"error: --method {option!r}: not a method option; choose one of {', '.join(options)}")
 
@@ -112,11 +112,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     args = ap.parse_args(argv)
 
-    from scaleformer.errors import ConfigError, redact
-    from scaleformer.io import atomic_write_jsonl, atomic_write_text
-    from scaleformer.model.hub import HubUnreachableError
-    from scaleformer.runs.console import quiet
-
     quiet()
     src = Path(args.input)
     if src.suffix not in (".txt", ".jsonl"):
@@ -132,8 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit(f"error: {flag}={v}: must be >= 1")
     gen = {k: v for k, v in (("num_beams", args.num_beams), ("max_new_tokens", args.max_new_tokens))
            if v is not None}
+    overrides = _parse_set(args.set)
+    # deferred: the arguments and input file are checked above before transformers (and torch) load
+    from scaleformer.export.summarizer import Summarizer
+
     try:
-        summarizer = Summarizer.from_pretrained(args.model, method=args.method, overrides=_parse_set(args.set),
+        summarizer = Summarizer.from_pretrained(args.model, method=args.method, overrides=overrides,
                                                 device=args.device, **gen)
     except (FileNotFoundError, ValueError, ConfigError, HubUnreachableError) as e:
         raise SystemExit(f"error: {redact(str(e).splitlines()[0])}") from None

@@ -28,9 +28,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from scaleformer.config import generation_kwargs
 from scaleformer.errors import redact_all
 from scaleformer.export.card import CARD_FILE, model_card
 from scaleformer.io import atomic_dir, atomic_write_text
+from scaleformer.resources import installed
 
 log = logging.getLogger("scaleformer")
 FORMAT = 2
@@ -42,8 +44,6 @@ TOKENIZER_CONFIG = "tokenizer_config.json"
 
 def method_record(module: Any, run: dict[str, Any]) -> dict[str, Any]:
     """``scaleformer.json``: the method as built (its dataclass) plus what the run says about itself."""
-    from scaleformer.ops import compat
-
     spec = module.method.spec
     described = run.get("method", {})
     return redact_all({
@@ -58,7 +58,7 @@ def method_record(module: Any, run: dict[str, Any]) -> dict[str, Any]:
         "data": run.get("data"),
         "metrics": run.get("metrics"),
         "run": {k: run.get(k) for k in ("run_id", "training_hash", "step", "seed", "commit", "command")},
-        "versions": {d: compat.installed(d) for d in ("scaleformer", "torch", "transformers", "lightning")},
+        "versions": {d: installed(d) for d in ("scaleformer", "torch", "transformers", "lightning")},
         "config": run.get("config"),
     })
 
@@ -80,8 +80,6 @@ def export_model(module: Any, out: Path, run: dict[str, Any]) -> Path:
 def run_generation_config(module: Any) -> Any:
     """The model's generation config with the run's decoding settings (beams, lengths, n-gram blocking)."""
     import copy
-
-    from scaleformer.ops.decoding import generation_kwargs
 
     gen = copy.deepcopy(module.model.generation_config)
     gen.update(**generation_kwargs(module.gen_cfg))

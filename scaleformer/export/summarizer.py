@@ -21,6 +21,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
+from safetensors.torch import load_file
+from tqdm import tqdm
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from scaleformer.compose import compose_config
+from scaleformer.config import BackboneConfig, GenerationConfig
+from scaleformer.data.encode import truncate_ids
+from scaleformer.export.folder import METHOD_STATE, read_meta
+from scaleformer.export.hub import locate, push_to_hub
+from scaleformer.methods import build_method, method_config
+from scaleformer.model.autoreg import register
+from scaleformer.model.backbone import backbone_spec
+from scaleformer.model.hf import ScaleformerForConditionalGeneration
+from scaleformer.model.hf_config import ScaleformerConfig
+from scaleformer.ops.decoding import summaries
+from scaleformer.progress import Lines, is_terminal
 
 
 class Summarizer:
@@ -52,14 +69,6 @@ class Summarizer:
         """Load ``path``: an exported ``model/`` folder or a Hub id (``org/name``, offline: from the local
         cache, else one clear error); ``method``/``overrides`` change the method, ``generation``
         keywords the decoding (e.g. ``num_beams=1``)."""
-        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-        from scaleformer.config import GenerationConfig
-        from scaleformer.export.folder import read_meta
-        from scaleformer.export.hub import locate
-        from scaleformer.model.autoreg import register
-        from scaleformer.model.hf import ScaleformerForConditionalGeneration
-
         path = locate(path, revision)
         meta = read_meta(path)
         check_record(Path(path), meta)
@@ -86,8 +95,6 @@ class Summarizer:
 
     def push_to_hub(self, repo_id: str, **kwargs: Any) -> str:
         """Publish the folder this Summarizer was loaded from (see :func:`scaleformer.export.hub.push_to_hub`)."""
-        from scaleformer.export.hub import push_to_hub
-
         return push_to_hub(self.folder, repo_id, **kwargs)
 
     def __call__(self, text: str | Sequence[str]) -> str | list[str]:
@@ -99,10 +106,6 @@ class Summarizer:
         """One summary per document, one document at a time (long inputs are the point). ``progress``: a bar
         on a terminal's stderr, else a plain line about every tenth of the documents."""
         import sys
-
-        from tqdm import tqdm
-
-        from scaleformer.progress import Lines, is_terminal
 
         bar = progress and is_terminal(sys.stderr)
         lines = Lines("summarize", len(texts), "doc", write=lambda line: print(line, file=sys.stderr, flush=True)) \
@@ -117,14 +120,10 @@ class Summarizer:
     def token_ids(self, text: str) -> list[int]:
         """The document as the run tokenized its data: special tokens around it, literals such as HTML's
         ``<s>`` inside it kept as text, cut to the run's input cap."""
-        from scaleformer.data.encode import truncate_ids
-
         ids = self.tokenizer(text, add_special_tokens=True, split_special_tokens=True, verbose=False)["input_ids"]
         return truncate_ids(list(ids), self.max_input_tokens, self.method.spec.suffix_ids)[0]
 
     def _one(self, text: str) -> str:
-        from scaleformer.model.hf import summaries
-
         if not text.strip():
             raise ValueError("cannot summarize an empty document")
         input_ids = torch.tensor([self.token_ids(text)], device=next(self.model.parameters()).device)  # [1, N]
@@ -136,10 +135,6 @@ def _method_config(meta: dict[str, Any], option: str | None, overrides: dict[str
     if option is None:
         cfg = dict(meta["method"]["config"])
     else:
-        from omegaconf import OmegaConf
-
-        from scaleformer.compose import compose_config
-
         cfg = OmegaConf.to_container(compose_config([f"method={option}"]).method, resolve=True)
     return {**cfg, **overrides}
 
@@ -162,9 +157,6 @@ def _rebuilt(model: Any, mcfg: dict[str, Any]) -> Any:
     rebuilt for it, with every weight the two share (a method's own parameters only when it keeps them)."""
     import dataclasses
 
-    from scaleformer.methods import method_config
-    from scaleformer.model.hf import ScaleformerConfig, ScaleformerForConditionalGeneration
-
     conf = ScaleformerConfig(backbone=model.config.backbone, method=dataclasses.asdict(method_config(mcfg)),
                              spec=model.config.spec)
     fresh = ScaleformerForConditionalGeneration(conf)
@@ -177,14 +169,6 @@ def _from_format1(backbone: Any, path: Path, meta: dict[str, Any], mcfg: dict[st
                   same: bool) -> Any:
     """A format-1 export (the backbone alone): the method from ``scaleformer.json``, its own parameters
     from ``method_state.safetensors`` when the method is the exported one."""
-    from safetensors.torch import load_file
-
-    from scaleformer.config import BackboneConfig
-    from scaleformer.export.folder import METHOD_STATE
-    from scaleformer.methods import build_method, method_config
-    from scaleformer.model.backbone import backbone_spec
-    from scaleformer.model.hf import ScaleformerForConditionalGeneration
-
     bcfg = BackboneConfig(name=meta["backbone"]["name"], pretrained=str(path),
                           max_positions=meta["backbone"]["max_positions"])
     spec = backbone_spec(bcfg, tokenizer, backbone.config)
