@@ -9,6 +9,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, TQDMProgressBar
 
 from scaleformer.config import BertScoreConfig, MetricsConfig
+from scaleformer.metrics import compute_metrics
 from scaleformer.ops import compat
 from scaleformer.progress import Lines, is_terminal
 
@@ -114,8 +115,6 @@ class ValidationRouge(pl.Callback):
                                  rouge_tokenizer=rouge_tokenizer, bertscore=BertScoreConfig(enabled=False))
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        from scaleformer.metrics import compute_metrics
-
         rows = getattr(pl_module, "val_outputs", [])
         if not rows or trainer.sanity_checking:
             return

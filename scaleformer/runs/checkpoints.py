@@ -19,6 +19,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from scaleformer.errors import ConfigError
 from scaleformer.io import atomic_file
+from scaleformer.model.backbone import unpickling_reason
 
 log = logging.getLogger("scaleformer")
 META_KEY = "scaleformer"
@@ -40,8 +41,6 @@ def load(path: str | Path, map_location: Any = "cpu", mmap: bool = False,
     """A local checkpoint's contents, unpickled as data only (``mmap``: tensors read lazily), checked to
     be a Lightning checkpoint: a truncated, empty or foreign file is one line naming it, never a traceback."""
     import pickle
-
-    from scaleformer.model.backbone import unpickling_reason
 
     refuse_remote(str(path))
     where = f"{key}={str(path)!r}"

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scaleformer.config import Config, _key_hint, trainer_config
 from scaleformer.errors import ConfigError, check
+from scaleformer.methods import method_config
 from scaleformer.runs import identity
 from scaleformer.runs.run_config import RunConfig
 
@@ -25,8 +26,6 @@ from scaleformer.runs.run_config import RunConfig
 def to_config(cfg: DictConfig, checked: tuple[Config, DictConfig] | None = None) -> RunConfig:
     """Validate every group (types, unknown keys, ranges), fill the run paths, return typed objects
     (``checked``: :func:`check_groups`'s result for this ``cfg``, when the command already ran it)."""
-    from scaleformer.methods import method_config  # torch and transformers: after the cheap checks
-
     obj, resolved = checked if checked is not None else check_groups(cfg)
     rc = RunConfig(**{f.name: getattr(obj, f.name) for f in fields(Config)}, raw=resolved)
     rc.method, rc.trainer = method_config(resolved.method), trainer_config(resolved.trainer)

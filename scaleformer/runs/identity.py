@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from scaleformer.config import PathsConfig
+from scaleformer.config import DataConfig, OptimConfig, PathsConfig, TrainerConfig, runtime_fields
 from scaleformer.errors import ConfigError
 from scaleformer.model.readers import recipe_fingerprint
 
@@ -46,8 +46,6 @@ def not_training() -> dict[str, tuple[str, ...]]:
     """Keys of the training groups that change neither the trained weights nor their name: the schema
     fields marked ``runtime`` (:func:`scaleformer.config.runtime`), and the Lightning arguments the
     trainer group passes through unnamed (``TrainerConfig.RUNTIME_EXTRA``)."""
-    from scaleformer.config import DataConfig, OptimConfig, TrainerConfig, runtime_fields
-
     return {"optim": runtime_fields(OptimConfig), "data": runtime_fields(DataConfig),
             "trainer": runtime_fields(TrainerConfig) + TrainerConfig.RUNTIME_EXTRA}
 

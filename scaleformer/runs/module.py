@@ -17,8 +17,11 @@ from transformers import PreTrainedModel, get_linear_schedule_with_warmup
 from scaleformer.config import GenerationConfig, OptimConfig
 from scaleformer.errors import ConfigError
 from scaleformer.methods.base import Encoded, Method
+from scaleformer.model.backbone import build_model, prepare
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
 from scaleformer.ops.decoding import summaries
+from scaleformer.runs.checkpoints import META_KEY, upgrade_state
+from scaleformer.runs.context import to_config
 
 log = logging.getLogger("scaleformer")
 
@@ -70,13 +73,9 @@ class SummarizationModule(pl.LightningModule):
         self.meta = meta or {}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        from scaleformer.runs.checkpoints import upgrade_state
-
         checkpoint["state_dict"] = upgrade_state(checkpoint["state_dict"])
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        from scaleformer.runs.checkpoints import META_KEY
-
         checkpoint[META_KEY] = self.meta
 
     # ----------------------------------------------------------------------------------- encoder
@@ -156,9 +155,6 @@ class SummarizationModule(pl.LightningModule):
 def _parts_from_config(run_config: dict[str, Any]) -> tuple[Any, Method, Any, OptimConfig, GenerationConfig]:
     """Backbone architecture (random weights: a checkpoint's replace them), method and tokenizer of a run."""
     from omegaconf import OmegaConf
-
-    from scaleformer.model.backbone import build_model, prepare
-    from scaleformer.runs.context import to_config
 
     rc = to_config(OmegaConf.create(run_config))
     ready = prepare(rc.backbone, rc.method)

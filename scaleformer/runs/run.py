@@ -26,14 +26,18 @@ import lightning.pytorch as pl
 import torch
 from omegaconf import OmegaConf
 
+from scaleformer.data.datamodule import SummarizationDataModule
 from scaleformer.errors import ConfigError, redact_all
+from scaleformer.export.folder import add_results, export_model
 from scaleformer.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from scaleformer.methods import Method
+from scaleformer.metrics import compute_metrics, reset_notices, resolve_bertscore_model
 from scaleformer.metrics.buckets import by_length
 from scaleformer.model import hub
 from scaleformer.model.backbone import build_model
 from scaleformer.model.backbone import prepare as prepare_backbone
 from scaleformer.ops import compat
+from scaleformer.resources import package_commit
 from scaleformer.runs import checkpoints, identity, runtime
 from scaleformer.runs.callbacks import ExactResume, log_metrics
 from scaleformer.runs.console import count_parameters, log_to_file, quiet, summary_table
@@ -52,8 +56,6 @@ def run(cfg: Any, checked: Any = None) -> dict[str, Any]:
     On global rank 0 only; other ranks of a distributed run return an empty dict. ``checked``: the
     command's own :func:`~scaleformer.runs.context.check_groups` of ``cfg``, not repeated.
     """
-    from scaleformer.metrics import reset_notices
-
     started = time.time()
     git_commit()  # the checkout's commit as this process starts its first run (cached: what it loaded)
     quiet()
@@ -132,8 +134,6 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
     step, train_time, trained = train_or_load(ctx, parts, module, ckpt)
     export = trained and ctx.cfg.trainer.export_model
     if export and runtime.is_rank_zero():
-        from scaleformer.export.folder import export_model
-
         export_model(module, ctx.model_dir, export_record(ctx, parts.described, step))
     splits = evaluate(ctx, parts, module, step)
     if not runtime.is_rank_zero():
@@ -160,8 +160,6 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
     results.write(out_dir)
     result = results.to_dict()
     if export:
-        from scaleformer.export.folder import add_results
-
         add_results(ctx.model_dir, result)  # the scores join the model card
     print(summary_table(result, out_dir), flush=True)
     return result
@@ -181,15 +179,11 @@ def prepare(ctx: RunContext, ckpt: Path | None) -> Parts:
     hub.check_available(rc.backbone.pretrained, "model weights",
                         "Download it on a connected machine and set backbone.pretrained=DIR.")
     if rc.trainer.eval_splits and rc.metrics.bertscore.enabled:
-        from scaleformer.metrics import resolve_bertscore_model
-
         resolve_bertscore_model(rc.metrics.bertscore)  # offline, a missing model fails now, not after training
     loggers, callbacks = instantiate_all(rc.logger, "logger"), instantiate_all(rc.callbacks, "callbacks")
     resume = ExactResume(batch_size=rc.data.batch_size)
     cost = CostProbe() if rc.trainer.measure_cost else None
     trainer = build_trainer(ctx, loggers, [*callbacks, resume, *([cost] if cost else [])])
-
-    from scaleformer.data import SummarizationDataModule
 
     dm = SummarizationDataModule(rc.data, tokenizer, seed=rc.seed)
     dm.prepare_data()
@@ -329,8 +323,6 @@ def evaluate_split(rc: RunConfig, trainer: pl.Trainer, module: SummarizationModu
 
     Returns the scores on rank 0, None on the other ranks.
     """
-    from scaleformer.metrics import compute_metrics
-
     t0 = time.time()
     batches = trainer.predict(module, dataloaders=dm.dataloader(split))
     rows = runtime.gather_rows([r for b in batches for r in b], dm.datasets[split].ids, trainer.world_size)
@@ -370,8 +362,6 @@ def _headline(m: dict[str, Any]) -> dict[str, Any]:
 
 def git_commit() -> str:
     """This package's own commit ('unknown' for an installed copy): see :func:`scaleformer.resources.package_commit`."""
-    from scaleformer.resources import package_commit
-
     return package_commit()
 
 
