@@ -12,17 +12,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scaleformer.bench.profile import load_profile, profile_names
+from scaleformer.bench.profile import ALL, load_profile, profile_names
+from scaleformer.bench.rows import PEERS, option_names
 from scaleformer.bench.runner import problems, run_profile
 from scaleformer.errors import ConfigError
+from scaleformer.methods import REGISTRY
 
 
 def unknown_methods(profile: Any) -> list[str]:
     """The profile's rows that name nothing: not a method option, a registered method or a peer row."""
-    from scaleformer.bench.profile import ALL
-    from scaleformer.bench.rows import PEERS, option_names
-    from scaleformer.methods import REGISTRY
-
     known = {ALL, *PEERS, *option_names(profile.conf_root), *REGISTRY}
     return [m for m in profile.methods if m not in known]
 
@@ -74,8 +72,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if unknown := unknown_methods(profile):  # a typo measures nothing: stop before the results file is touched
-        from scaleformer.bench.rows import PEERS
-
         print(f"error: method {unknown[0]!r}: not a row this benchmark knows; rows are the options of "
               f"conf/method/, 'all', {', '.join(PEERS)}", file=sys.stderr)
         return 2

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from scaleformer.ops import kept_layer
+
 MARKERS = 16  # coverage resolution: 1/16 of the document
 
 # Dense (no sparsity) bf16 tensor-core peak in TFLOP/s, by a substring of torch.cuda.get_device_name();
@@ -78,8 +80,6 @@ class EncoderCalls:
 def record_encoder_calls(encoder: torch.nn.Module) -> Iterator[EncoderCalls]:
     """Collect the shapes of every encoder forward call made inside the block (and of its last layer
     where it ran at kept positions only)."""
-    from scaleformer.ops import kept_layer
-
     calls = EncoderCalls()
 
     def hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from scaleformer.bench.shapes import ASSET_SHAPES
 from scaleformer.errors import ConfigError, check
 from scaleformer.resources import conf_dir, group_options
 
@@ -232,7 +233,6 @@ def load_profile(name_or_path: str | Path, **changes: Any) -> Profile:
         key = getattr(e, "full_key", None)
         msg = str(e).splitlines()[0]
         raise ConfigError(f"{path}: {key}: {msg}" if key else f"{path}: {msg}") from None
-    from scaleformer.bench.shapes import ASSET_SHAPES
 
     known = sorted({*ASSET_SHAPES, *group_options("backbone")})
     for i, b in enumerate(profile.backbones):

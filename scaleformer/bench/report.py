@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from scaleformer.bench.plot import plot
 from scaleformer.bench.summary import MEMORY_KEYS, SCALING_KEYS, cells_of
 from scaleformer.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
@@ -190,8 +191,6 @@ def markdown(doc: dict[str, Any]) -> str:
 
 def write_outputs(doc: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     """``<profile>.json``, ``.md`` and ``.png`` in ``out_dir``, each written atomically."""
-    from scaleformer.bench.plot import plot
-
     name = doc["profile"]
     return {"json": atomic_write_json(out_dir / f"{name}.json", doc),
             "md": atomic_write_text(out_dir / f"{name}.md", markdown(doc)),

@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 
 from scaleformer.bench.profile import ALL, Profile
 from scaleformer.bench.shapes import Shape, random_model
+from scaleformer.compose import register_configs
 from scaleformer.errors import ConfigError
 from scaleformer.methods import (
     REGISTRY,
@@ -57,8 +58,6 @@ def option_names(conf_root: str | Path) -> list[str]:
 def _hydra(conf_root: str | Path) -> Iterator[None]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-
-    from scaleformer.compose import register_configs
 
     register_configs()  # the method options build on their dataclasses (method/<name>_schema)
 

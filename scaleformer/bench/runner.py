@@ -26,8 +26,10 @@ from scaleformer.bench.cell import Context, measure_cell
 from scaleformer.bench.measure import MemoryProbe
 from scaleformer.bench.probes import peak_tflops
 from scaleformer.bench.profile import Profile
+from scaleformer.bench.report import write_outputs
 from scaleformer.bench.rows import LED, Row, SkipMethod, build_row, expand_methods
 from scaleformer.bench.shapes import Shape, attention_impl, load_shape
+from scaleformer.bench.summary import summarise
 from scaleformer.io import atomic_write_json
 from scaleformer.resources import package_commit
 from scaleformer.runs.runtime import device_name
@@ -219,9 +221,6 @@ def run_profile(profile: Profile, out_dir: str | Path | None, *, resume: bool = 
     With ``resume``, cells already measured (ok or out of memory) in an existing results file of the
     same settings are kept, so a grid too long for one session can be run in pieces.
     """
-    from scaleformer.bench.report import write_outputs
-    from scaleformer.bench.summary import summarise
-
     started = time.perf_counter()
     if profile.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"profile {profile.name!r} needs CUDA and none is available")

@@ -15,8 +15,10 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from scaleformer.config import BackboneConfig
 from scaleformer.errors import ConfigError
 from scaleformer.methods import BackboneSpec
+from scaleformer.model.backbone import architecture_file, prepare
 from scaleformer.resources import assets_dir, conf_dir
 
 
@@ -59,8 +61,6 @@ def config_from_json(arch: str, path: Path) -> Any:
     """A BartConfig/T5Config from a hand-kept config file (keys starting with '_' are comments)."""
     from transformers import BartConfig, T5Config
 
-    from scaleformer.model.backbone import architecture_file
-
     return (BartConfig if arch == "bart" else T5Config)(**architecture_file(str(path)))
 
 
@@ -69,8 +69,6 @@ def load_shape(name: str) -> Shape:
     if name in ASSET_SHAPES:
         arch, file, spec = ASSET_SHAPES[name]
         return Shape(name, arch, config_from_json(arch, assets_dir() / file), spec)
-    from scaleformer.config import BackboneConfig
-    from scaleformer.model.backbone import prepare
 
     path = conf_dir() / "backbone" / f"{name}.yaml"
     if not path.exists():
