@@ -18,6 +18,9 @@ from typing import Any
 import yaml
 
 from scaleformer.compose import compose_config
+from scaleformer.data.ledger_facts import window_answer_ceiling, window_ceiling
+from scaleformer.data.sources import SyntheticSource
+from scaleformer.model.backbone import load_tokenizer, max_positions, model_config
 from scaleformer.resources import conf_dir, group_options
 from scaleformer.runs.context import RunContext, to_config
 
@@ -173,10 +176,6 @@ def truncation_ceilings(spec: dict[str, Any], profile: str, cells: list[Cell],
     """(split label, column) -> the share (x100) of the evaluated ledgers' events (QA ledgers: of their
     answers) inside the first window truncation keeps, from the very files the runs read; synthetic
     columns only."""
-    from scaleformer.data.ledger_facts import window_answer_ceiling, window_ceiling
-    from scaleformer.data.sources import SyntheticSource
-    from scaleformer.model.backbone import load_tokenizer, max_positions, model_config
-
     out: dict[tuple[str, str], float] = {}
     for key in dict.fromkeys(c.key for c in cells):
         cell = next(c for c in cells if c.key == key)

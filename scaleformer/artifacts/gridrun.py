@@ -28,6 +28,7 @@ from scaleformer.artifacts.grid import (
     expand_grid,
     resolve_run_ids,
 )
+from scaleformer.compose import compose_config
 
 
 def _fmt_s(s: float) -> str:
@@ -71,7 +72,7 @@ def run_grid(spec: dict[str, Any], profile: str, root: Path, force: bool = False
     A cell that fails is reported and skipped (its error is in its run folder's train.log); cells
     sharing its weights are skipped too; the others still run.
     """
-    from scaleformer.compose import compose_config
+    # deferred: runs loads Lightning; `scaleformer reproduce` checks its arguments, and renders, without it
     from scaleformer.runs.run import run
 
     def say(msg: str) -> None:

@@ -26,7 +26,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from scaleformer.config import BackboneConfig
+from scaleformer.data import synthetic
+from scaleformer.io import atomic_dir, atomic_write_json
+from scaleformer.methods.truncation import prepend_prefix
+from scaleformer.model.backbone import build_model as build
+from scaleformer.model.backbone import model_config
 from scaleformer.model.readers import RECIPES, Recipe, Stage, asset_dir
+from scaleformer.model.tokenizer import load_offline_tokenizer
 from scaleformer.resources import conf_dir
 
 
@@ -44,11 +51,6 @@ def build_model(recipe: Recipe) -> tuple[Any, Any]:
     """The tiny backbone of ``recipe.base`` (random weights) and its offline tokenizer."""
     import torch
     from omegaconf import OmegaConf
-
-    from scaleformer.config import BackboneConfig
-    from scaleformer.model.backbone import build_model as build
-    from scaleformer.model.backbone import model_config
-    from scaleformer.model.tokenizer import load_offline_tokenizer
 
     base = OmegaConf.to_container(OmegaConf.load(conf_dir() / "backbone" / f"{recipe.base}.yaml"), resolve=True)
     kwargs = {**base["model_kwargs"], **recipe.model_kwargs}
@@ -73,8 +75,6 @@ def _copy_batch(stage: Stage, vocab: int, n_special: int, gen: Any) -> dict[str,
 
 
 def _ledger_batch(stage: Stage, tok: Any, rng: random.Random) -> dict[str, Any]:
-    from scaleformer.data import synthetic
-
     words = rng.randint(*stage.length)  # one length per batch: little padding
     docs = [synthetic.make_document(rng, words, stage.events)[:2] for _ in range(stage.batch)]
     enc = tok([d for d, _ in docs], return_tensors="pt", padding=True, truncation=True, max_length=1024)
@@ -86,9 +86,6 @@ def _ledger_batch(stage: Stage, tok: Any, rng: random.Random) -> dict[str, Any]:
 def _qa_batch(stage: Stage, tok: Any, rng: random.Random) -> dict[str, Any]:
     """Short ledgers with one question each, laid out ``[question][<s> document </s>]`` by the same
     function that joins every method's query prefix to its input; the label is the asked event."""
-    from scaleformer.data import synthetic
-    from scaleformer.methods.truncation import prepend_prefix
-
     words = rng.randint(*stage.length)
     rows = [synthetic.qa_example(rng, words, stage.events) for _ in range(stage.batch)]
     query = tok([r["query"] for r in rows], add_special_tokens=False, padding=True, return_tensors="pt")
@@ -121,10 +118,6 @@ def pretrain(recipe: Recipe, out_dir: Path, log: Any = print, resume: Path | Non
     k runs the same data as a run from scratch."""
     import torch
     from transformers import get_linear_schedule_with_warmup
-
-    from scaleformer.data import synthetic
-    from scaleformer.io import atomic_dir, atomic_write_json
-    from scaleformer.model.tokenizer import load_offline_tokenizer
 
     torch.manual_seed(recipe.seed)
     history: list[dict[str, Any]] = []

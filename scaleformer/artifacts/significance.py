@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from scaleformer.io import iter_jsonl
+from scaleformer.metrics.stats import holm, mean_ci, paired
 
 ALPHA = 0.05
 MARK = "*"  # differs from the baseline: paired permutation test, Holm-corrected p < ALPHA
@@ -59,8 +60,6 @@ def annotate(rows: list[dict[str, Any]], scores: dict[tuple[str, str, str], list
     without scores (a missing run, the ceiling row, runs evaluated before scores files existed) keep
     empty fields: no interval is ever invented.
     """
-    from scaleformer.metrics.stats import holm, mean_ci, paired
-
     tested = []
     for r in rows:
         r.update({"ci_low": None, "ci_high": None, "n_docs": None, "n_seeds": None, "baseline": baseline or "",

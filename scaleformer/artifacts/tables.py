@@ -34,7 +34,7 @@ from scaleformer.artifacts.grid import (
     title,
     truncation_ceilings,
 )
-from scaleformer.artifacts.significance import MARK, caption, cell_text
+from scaleformer.artifacts.significance import MARK, annotate, caption, cell_text, read_scores
 from scaleformer.io import atomic_write_bytes, atomic_write_text
 from scaleformer.runs.results import FILE as RESULTS_FILE
 from scaleformer.runs.results import Results
@@ -88,8 +88,6 @@ def table_rows(spec: dict[str, Any], cells: list[Cell], got: Collected, metrics:
     ``ceilings`` ((split label, column) -> the truncation ceiling of fact recall) adds rows of the
     pseudo-method ``truncation_ceiling``: computed from the data, not from a run.
     """
-    from scaleformer.artifacts.significance import annotate, read_scores
-
     metrics = metrics or spec["metrics"]
     rows = []
     scores: dict[tuple[str, str, str], list[dict[str, dict[str, Any]]]] = {}
