@@ -15,6 +15,8 @@ import importlib
 import sys
 from collections.abc import Callable
 
+from scaleformer import __version__
+
 COMMANDS = {
     "train": ("scaleformer.cli.train", "train and evaluate one configuration (Hydra overrides)"),
     "summarize": ("scaleformer.cli.summarize", "summarize documents with an exported model"),
@@ -50,8 +52,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name in ("-V", "--version"):
-        from scaleformer import __version__
-
         print(f"scaleformer {__version__}")
         return 0
     if name not in COMMANDS:

@@ -21,6 +21,7 @@ from typing import Any
 
 from scaleformer.errors import ConfigError
 from scaleformer.io import atomic_write_json, iter_jsonl
+from scaleformer.metrics.stats import paired
 
 DEFAULT_METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum", "f1", "exact_match", "bertscore_f1", "fact_recall")
 
@@ -65,8 +66,6 @@ def load(scores: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
 
 def compare(a: Path, b: Path, metrics: Sequence[str] | None = None) -> dict[str, Any]:
     """The paired comparison of two scores files, per metric (both files must hold it)."""
-    from scaleformer.metrics.stats import paired
-
     (ra, refs_a), (rb, refs_b) = load(a), load(b)
     only_a, only_b = sorted(set(ra) - set(rb)), sorted(set(rb) - set(ra))
     if only_a or only_b:

@@ -12,6 +12,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from scaleformer.export.hub import push_to_hub
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scaleformer push", description=__doc__,
@@ -21,8 +23,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--private", action="store_true", help="create the repository private")
     ap.add_argument("--token", default=None, help="a Hub token (default: HF_TOKEN or the saved login)")
     args = ap.parse_args(argv)
-
-    from scaleformer.export.hub import push_to_hub
 
     try:
         url = push_to_hub(args.model, args.repo, private=args.private, token=args.token)

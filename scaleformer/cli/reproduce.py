@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from scaleformer.artifacts.costs import build_costs, paper_estimate
-from scaleformer.artifacts.grid import load_spec
+from scaleformer.artifacts.grid import load_spec, select_methods
 from scaleformer.artifacts.gridrun import launch, run_grid
 from scaleformer.artifacts.tables import build_figure, build_table
 from scaleformer.resources import experiments_dir
@@ -52,8 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile not in spec["profiles"]:
         ap.error(f"--profile {args.profile!r}: {args.artifact} has profiles {sorted(spec['profiles'])}")
     if args.methods not in (None, "all"):
-        from scaleformer.artifacts.grid import select_methods
-
         try:
             select_methods(spec, args.methods)
         except ValueError as e:

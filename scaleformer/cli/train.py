@@ -18,9 +18,11 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, open_dict
 
-from scaleformer.compose import register_configs
-from scaleformer.errors import redact
+from scaleformer.artifacts.sweeps import record_job_failure
+from scaleformer.compose import group_choices, register_configs
+from scaleformer.errors import ConfigError, UserError, redact, storage_error
 from scaleformer.resources import conf_dir
+from scaleformer.runs.context import check_all_targets, check_groups
 
 register_configs()
 log = logging.getLogger("scaleformer")
@@ -96,9 +98,6 @@ def check_composed_targets(argv: list[str]) -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from scaleformer.errors import ConfigError
-    from scaleformer.runs.context import check_all_targets
-
     try:
         args, runs = _compositions(argv)
     except Exception:
@@ -136,10 +135,6 @@ def hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from scaleformer.compose import group_choices
-    from scaleformer.errors import ConfigError
-    from scaleformer.runs.context import check_groups
-
     hc = HydraConfig.get()
     sweep = hc.mode == RunMode.MULTIRUN
     with open_dict(cfg):
@@ -151,8 +146,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
         except ConfigError as e:
             raise SystemExit(f"error: {redact(str(e))}") from None
 
-    from scaleformer.artifacts.sweeps import record_job_failure
-    from scaleformer.errors import UserError, storage_error
+    # deferred: a mistake in the settings (checked above) stops before Lightning, the data and the model load
     from scaleformer.runs.run import run
 
     try:
