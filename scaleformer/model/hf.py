@@ -60,7 +60,7 @@ class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
 
     def __init__(self, config: ScaleformerConfig, backbone: PreTrainedModel | None = None,
                  method: Method | None = None) -> None:
-        # deferred: the methods import ops (see the note above the class)
+        # deferred: the methods import ops, which the Auto registration can find half-built (note above)
         from scaleformer.methods import build_method, method_config
 
         super().__init__(config)
@@ -77,7 +77,8 @@ class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
 
     @classmethod
     def from_parts(cls, backbone: PreTrainedModel, method: Method) -> ScaleformerForConditionalGeneration:
-        """A backbone (weights shared) read through a built method: how runs and :func:`~scaleformer.model.wrapping.wrap` make one."""
+        """A backbone (weights shared) read through a built method: how runs and
+        :func:`~scaleformer.model.wrapping.wrap` make one."""
         config = ScaleformerConfig(backbone=backbone.config, method=dataclasses.asdict(method.cfg),
                                    spec=dataclasses.asdict(method.spec))
         model = cls(config, backbone=backbone, method=method)
@@ -133,7 +134,7 @@ class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
         this model's ``generation_config.json``), keywords override them as in ``model.generate``."""
         if input_ids is None:
             raise ValueError("generate needs input_ids: the long documents, tokenized")
-        # deferred: ops imports transformers, so it can be half-built here (see the note above the class)
+        # deferred: ops can be half-built when the Auto registration imports this module (note above)
         from scaleformer.ops import decoding
 
         gen = copy.deepcopy(generation_config or self.generation_config)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import AutoConfig, PretrainedConfig
 
-if TYPE_CHECKING:  # imported where used: see scaleformer.model.hf
+if TYPE_CHECKING:  # imported where used (backbone_spec): see the note in scaleformer.model.hf
     from scaleformer.methods.base import BackboneSpec
 
 # Backbone token ids the top-level config mirrors, so generation and Trainer read them where they look.
