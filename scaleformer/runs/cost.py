@@ -41,7 +41,7 @@ class CostProbe(pl.Callback):
         self._toggled: Any = None  # the method config whose checkpoint_chunks this step switched on
         self.scaling = "linear"  # "bounded" for methods that read a window whatever the input's length
         self.model: dict[str, int] = {}  # the decoder's size: how generation's cost grows with the input
-        self._hooks: list[Any] = []
+        self._wrapped: list[Any] = []  # methods whose encode is timed (an instance attribute)
         self._encoder_flops: list[int] = []
         self._encode_s = 0.0
 
@@ -122,16 +122,16 @@ class CostProbe(pl.Callback):
                 if not depth[0]:
                     after()
 
-        method.encode = timed  # an instance attribute over the class's method, removed by _remove_hooks
-        self._hooks = [method]
+        method.encode = timed  # an instance attribute over the class's method, removed by _unwrap
+        self._wrapped = [method]
 
-    def _remove_hooks(self) -> None:
-        for method in self._hooks:
+    def _unwrap(self) -> None:
+        for method in self._wrapped:
             vars(method).pop("encode", None)
-        self._hooks = []
+        self._wrapped = []
 
     def _stop_counting(self) -> int | None:
-        self._remove_hooks()
+        self._unwrap()
         return self._encoder_flops[0] if self._encoder_flops else None
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
@@ -180,7 +180,7 @@ class CostProbe(pl.Callback):
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         sync(pl_module.device)
         seconds = time.perf_counter() - self._t0
-        self._remove_hooks()
+        self._unwrap()
         self.generate.append({"time_s": round(seconds, 4), "encode_s": round(self._encode_s, 4),
                               **self._memory(pl_module.device).since(self._base), "base_bytes": self._base})
         if not self.model:
