@@ -297,8 +297,9 @@ def render_qa_by_window() -> str:
 
 def _cost_record(artifact: str) -> tuple[Path, dict[str, Any]] | None:
     """The committed cost table of an artifact's dry run, a GPU's when there is one."""
-    for name in (f"{artifact}-gpu.json", f"{artifact}.json"):
-        path = RESULTS / "dryrun" / name
+    from scaleformer.artifacts.costs import cost_table_paths
+
+    for path in cost_table_paths(artifact, RESULTS / "dryrun"):
         if path.exists():
             return path, _read_json(path)
     return None

@@ -230,10 +230,14 @@ def build_costs(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
             "json": atomic_write_text(out_dir / f"{name}.json", json.dumps(record, indent=1) + "\n")}
 
 
+def cost_table_paths(artifact: str, folder: Path) -> list[Path]:
+    """Where an artifact's cost table may be, best first: a GPU's, then a CPU's."""
+    return [folder / f"{artifact}-gpu.json", folder / f"{artifact}.json"]
+
+
 def paper_estimate(artifact: str, folder: Path) -> tuple[float | None, str]:
     """(hours, one line) for the paper profile, from the committed cost table (a GPU's when there is one)."""
-    for name in (f"{artifact}-gpu.json", f"{artifact}.json"):
-        path = folder / name
+    for path in cost_table_paths(artifact, folder):
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
