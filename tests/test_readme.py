@@ -61,7 +61,7 @@ COVERAGE: list[tuple[str, str, str]] = [
      "tests/metrics/test_stats.py::test_compare_reports_a_known_difference_and_refuses_unpaired_runs"),
     (r"^\.venv/bin/scaleformer (summarize|score) ", "run", "test_readme_summarize_and_score_commands"),
     (r"scaleformer train --config-dir \./my_conf method=my_method$", "test",
-     "tests/methods/test_method_configs.py::test_a_method_from_another_package_registers_through_its_entry_point"),
+     "tests/test_method_plugin.py::test_a_method_from_its_own_package_trains_exports_generates_and_benches"),
     (TRAIN.pattern, "train", "test_readme_train_command"),
 ]
 
