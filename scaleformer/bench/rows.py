@@ -27,7 +27,6 @@ from scaleformer.compose import register_configs
 from scaleformer.errors import ConfigError
 from scaleformer.methods import (
     REGISTRY,
-    BackboneSpec,
     Encoded,
     Method,
     MethodConfig,
@@ -35,6 +34,7 @@ from scaleformer.methods import (
     method_config,
 )
 from scaleformer.methods.truncation import Truncation, TruncationConfig
+from scaleformer.model.spec import BackboneSpec
 
 FULL = "full_baseline"
 LED = "led"

@@ -17,8 +17,8 @@ from omegaconf import OmegaConf
 
 from scaleformer.config import BackboneConfig
 from scaleformer.errors import ConfigError
-from scaleformer.methods import BackboneSpec
 from scaleformer.model.backbone import architecture_file, prepare
+from scaleformer.model.spec import BackboneSpec
 from scaleformer.resources import assets_dir, conf_dir
 
 

@@ -1,6 +1,6 @@
 """Long-context methods behind one interface, and their registry.
 
-- ``base``: the :class:`Method` interface, :class:`BackboneSpec`, the registry (subclassing registers);
+- ``base``: the :class:`Method` interface (it reads a :class:`scaleformer.model.spec.BackboneSpec`), the registry (subclassing registers);
 - ``truncation``: the first window only (the paper's "Standard");
 - ``chunked``: overlapping-chunk machinery shared by the four methods below;
 - ``sled``, ``scaleformer`` (ScaleFormer and + Middle), ``unlimiformer``, ``memorizing``;
@@ -20,12 +20,15 @@ import importlib
 import logging
 import pkgutil
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from scaleformer.errors import ConfigError
-from scaleformer.methods.base import REGISTRY, BackboneSpec, Encoded, Method, MethodConfig
+from scaleformer.methods.base import REGISTRY, Encoded, Method, MethodConfig
+
+if TYPE_CHECKING:
+    from scaleformer.model.spec import BackboneSpec
 
 PLUGIN_GROUP = "scaleformer.methods"
 log = logging.getLogger("scaleformer")
@@ -49,7 +52,7 @@ for _mod in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{_mod.name}")
 load_plugins()
 
-__all__ = ["PLUGIN_GROUP", "REGISTRY", "BackboneSpec", "Encoded", "Method", "MethodConfig", "build_method",
+__all__ = ["PLUGIN_GROUP", "REGISTRY", "Encoded", "Method", "MethodConfig", "build_method",
            "load_plugins", "method_config"]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
@@ -19,6 +19,9 @@ from omegaconf import MISSING
 
 from scaleformer.errors import ConfigError
 from scaleformer.ops import compat
+
+if TYPE_CHECKING:  # methods read a spec, model/ builds it (scaleformer.model.spec)
+    from scaleformer.model.spec import BackboneSpec
 
 REGISTRY: dict[str, type[Method]] = {}
 
@@ -30,20 +33,6 @@ class MethodConfig:
     EVAL_KEYS: ClassVar[tuple[str, ...]] = ()
     # Keys that change neither the numbers nor the results (e.g. micro-batch sizes): in no identity.
     RUNTIME_KEYS: ClassVar[tuple[str, ...]] = ()
-
-
-@dataclass(frozen=True)
-class BackboneSpec:
-    """What a method needs to know about the backbone, without the model itself."""
-
-    max_positions: int
-    pad_id: int
-    # Special tokens the tokenizer puts around one sequence (BART: [<s>], [</s>]; T5: [], [</s>]).
-    prefix_ids: tuple[int, ...] = ()
-    suffix_ids: tuple[int, ...] = ()
-    d_model: int = 0
-    n_encoder_layers: int = 0
-    n_decoder_layers: int = 0
 
 
 class Encoded(NamedTuple):

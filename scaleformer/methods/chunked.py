@@ -25,13 +25,13 @@ data pipeline needs); the prefix rows are encoded in the same micro-batches as t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from omegaconf import MISSING
 
 from scaleformer.errors import check
-from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig
+from scaleformer.methods.base import Encoded, Method, MethodConfig
 from scaleformer.ops.chunking import (
     ChunkLayout,
     PickFn,
@@ -42,6 +42,9 @@ from scaleformer.ops.chunking import (
     prefix_rows,
 )
 from scaleformer.ops.packing import PackedSink, pack_plan, write_rows
+
+if TYPE_CHECKING:
+    from scaleformer.model.spec import BackboneSpec
 
 
 @dataclass

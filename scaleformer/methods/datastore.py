@@ -17,15 +17,18 @@ patched cross-attention layers slice accordingly (beam search expands both parts
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from scaleformer.methods.base import BackboneSpec, Encoded
+from scaleformer.methods.base import Encoded
 from scaleformer.methods.sled import Sled, SledConfig
 from scaleformer.methods.truncation import Truncation, TruncationConfig
 from scaleformer.ops.chunking import ChunkLayout
 from scaleformer.ops.retrieval import RetrievalState
+
+if TYPE_CHECKING:
+    from scaleformer.model.spec import BackboneSpec
 
 
 class DatastoreMethod(Sled):

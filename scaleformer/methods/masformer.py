@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from omegaconf import MISSING
 
 from scaleformer.errors import ConfigError, check
-from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig
+from scaleformer.methods.base import Encoded, Method, MethodConfig
 from scaleformer.methods.truncation import prepend_prefix
 from scaleformer.ops.spans import (
     Span,
@@ -37,6 +37,9 @@ from scaleformer.ops.spans import (
     route_window_attention,
     run_encoder,
 )
+
+if TYPE_CHECKING:
+    from scaleformer.model.spec import BackboneSpec
 
 log = logging.getLogger(__name__)
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from scaleformer.errors import check
-from scaleformer.methods.base import BackboneSpec, Encoded, Method, MethodConfig
+from scaleformer.methods.base import Encoded, Method, MethodConfig
+
+if TYPE_CHECKING:
+    from scaleformer.model.spec import BackboneSpec
 
 
 @dataclass

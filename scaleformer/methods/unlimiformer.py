@@ -45,11 +45,12 @@ the two encodings.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from scaleformer.errors import check
-from scaleformer.methods.base import BackboneSpec, Encoded
+from scaleformer.methods.base import Encoded
 from scaleformer.methods.datastore import DatastoreMethod
 from scaleformer.methods.sled import SledConfig
 from scaleformer.ops.retrieval import (
@@ -60,6 +61,9 @@ from scaleformer.ops.retrieval import (
     patch_cross_attention,
     resolve_range,
 )
+
+if TYPE_CHECKING:
+    from scaleformer.model.spec import BackboneSpec
 
 TRAINING_MODES = ("standard", "random_encoded", "retrieval", "alternating")
 

@@ -1,7 +1,8 @@
 """The backbone side: loading any Hugging Face seq2seq model (or a tiny random one), the offline
 tokenizer, the shipped tiny readers' recipes, and the one answer to "is the hub reachable?".
 
-- ``backbone``: configs, weights and the facts methods need (``BackboneSpec``);
+- ``backbone``: configs, weights and the facts methods need; ``spec``: those facts (``BackboneSpec``),
+  which methods read and model/ builds;
 - ``hf``, ``hf_config``: the Hugging Face model class and config that carry a method; ``wrapping``:
   ``wrap``; ``autoreg``: their registration with the Auto classes;
 - ``tokenizer``: the offline BPE and special-token helpers (``vocab``: their constants and the

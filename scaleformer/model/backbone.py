@@ -27,10 +27,11 @@ from transformers import (
 from scaleformer.config import BackboneConfig
 from scaleformer.errors import ConfigError
 from scaleformer.methods import build_method
-from scaleformer.methods.base import BackboneSpec, Method, MethodConfig
+from scaleformer.methods.base import Method, MethodConfig
 from scaleformer.model.hf_config import learned_positions
 from scaleformer.model.hub import HubUnreachableError, is_local, unreachable_message, unreachable_reason
 from scaleformer.model.readers import RECIPES
+from scaleformer.model.spec import BackboneSpec
 from scaleformer.model.tokenizer import load_offline_tokenizer, special_token_ids
 from scaleformer.ops import compat
 from scaleformer.resources import ASSET_PREFIX, assets_dir, resolve_asset

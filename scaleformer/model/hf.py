@@ -15,7 +15,7 @@ the same file, so loading reports no missing or unexpected keys.
 
 - :class:`ScaleformerConfig` (``model_type="scaleformer"``): ``backbone`` (the backbone's config),
   ``method`` (the method's validated config, e.g. ``{"name": "scaleformer", "middle_tokens": 64}``)
-  and ``spec`` (the :class:`~scaleformer.methods.base.BackboneSpec` facts: positions, special ids);
+  and ``spec`` (the :class:`~scaleformer.model.spec.BackboneSpec` facts: positions, special ids);
 - ``scaleformer.wrap`` (:mod:`scaleformer.model.wrapping`): any loaded seq2seq model (+ its tokenizer)
   to that class, sharing its weights.
 """

@@ -9,12 +9,11 @@ here too, so the model class checks its window without importing the backbone lo
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from transformers import AutoConfig, PretrainedConfig
 
-if TYPE_CHECKING:  # imported where used (backbone_spec): see the note in scaleformer.model.hf
-    from scaleformer.methods.base import BackboneSpec
+from scaleformer.model.spec import BackboneSpec
 
 # Backbone token ids the top-level config mirrors, so generation and Trainer read them where they look.
 _TOKEN_KEYS = ("pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id")
@@ -46,9 +45,6 @@ class ScaleformerConfig(PretrainedConfig):
 
     @property
     def backbone_spec(self) -> BackboneSpec:
-        # deferred: importing scaleformer.methods imports ops (see the note in scaleformer.model.hf)
-        from scaleformer.methods.base import BackboneSpec
-
         fields = {f.name for f in dataclasses.fields(BackboneSpec)}
         spec = {k: (tuple(v) if isinstance(v, list) else v) for k, v in self.spec.items() if k in fields}
         return BackboneSpec(**spec)

@@ -15,10 +15,11 @@ from transformers import PretrainedConfig, PreTrainedModel
 from scaleformer.compose import compose_config
 from scaleformer.config import BackboneConfig
 from scaleformer.errors import ConfigError
-from scaleformer.methods import BackboneSpec, build_method, method_config
+from scaleformer.methods import build_method, method_config
 from scaleformer.model.backbone import backbone_spec, check_positions
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
 from scaleformer.model.hf_config import learned_positions
+from scaleformer.model.spec import BackboneSpec
 
 
 def spec_for(model: PreTrainedModel, tokenizer: Any = None, max_positions: int | None = None) -> BackboneSpec:

@@ -22,9 +22,10 @@ from scaleformer.bench.rows import FULL, LED, SkipMethod, expand_methods, make_m
 from scaleformer.bench.shapes import Shape, load_shape
 from scaleformer.bench.summary import fit_exponent
 from scaleformer.errors import ConfigError
-from scaleformer.methods import REGISTRY, BackboneSpec
+from scaleformer.methods import REGISTRY
 from scaleformer.methods.sled import Sled
 from scaleformer.methods.truncation import Truncation, TruncationConfig
+from scaleformer.model.spec import BackboneSpec
 
 METHODS = ("truncation", "sled", "scaleformer", "scaleformer_middle", "full_attention", FULL, LED)
 SIZES = (64, 128, 256)

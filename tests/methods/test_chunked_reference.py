@@ -11,7 +11,8 @@ import torch
 from chunk_reference import chunk_spans, fusion_loop, windows
 from transformers import BartConfig, BartModel, T5Config, T5EncoderModel
 
-from scaleformer.methods import BackboneSpec, build_method, method_config
+from scaleformer.methods import build_method, method_config
+from scaleformer.model.spec import BackboneSpec
 
 W = 64
 SPECS = {

@@ -16,7 +16,8 @@ from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5F
 from transformers.modeling_outputs import BaseModelOutput
 
 from scaleformer.errors import ConfigError
-from scaleformer.methods import BackboneSpec, build_method, method_config
+from scaleformer.methods import build_method, method_config
+from scaleformer.model.spec import BackboneSpec
 from scaleformer.ops.banded import banded_attention
 from scaleformer.ops.spans import Span, encoder_layers, self_attention
 from scaleformer.runs.context import to_config

@@ -16,7 +16,8 @@ from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5F
 from transformers.modeling_outputs import BaseModelOutput
 
 from scaleformer.errors import ConfigError
-from scaleformer.methods import BackboneSpec, build_method, method_config
+from scaleformer.methods import build_method, method_config
+from scaleformer.model.spec import BackboneSpec
 from scaleformer.ops.fusion import span_cumulation
 
 BART = BackboneSpec(max_positions=1024, pad_id=1, prefix_ids=(0,), suffix_ids=(2,), d_model=16)

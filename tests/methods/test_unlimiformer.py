@@ -14,7 +14,8 @@ from transformers import AutoModelForSeq2SeqLM, BartConfig, MarianConfig, Marian
 from transformers.modeling_outputs import BaseModelOutput
 
 from scaleformer.errors import ConfigError
-from scaleformer.methods import BackboneSpec, build_method, method_config
+from scaleformer.methods import build_method, method_config
+from scaleformer.model.spec import BackboneSpec
 from scaleformer.ops.retrieval import (
     FULL,
     RANDOM,

@@ -283,7 +283,8 @@ def test_auto_encoder_batch_size_matches_fixed_size_output():
     """encoder_batch_size=0 (auto) encodes exactly like an explicit micro-batch size."""
     from transformers import BartConfig, BartForConditionalGeneration
 
-    from scaleformer.methods import BackboneSpec, build_method, method_config
+    from scaleformer.methods import build_method, method_config
+    from scaleformer.model.spec import BackboneSpec
 
     torch.manual_seed(0)
     model = BartForConditionalGeneration(BartConfig(vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1,

@@ -13,7 +13,8 @@ import torch
 from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
-from scaleformer.methods import REGISTRY, BackboneSpec, build_method, method_config
+from scaleformer.methods import REGISTRY, build_method, method_config
+from scaleformer.model.spec import BackboneSpec
 from scaleformer.ops import decoding
 
 pytestmark = pytest.mark.compat  # run on other transformers releases by `make test-compat`

@@ -11,7 +11,8 @@ import pytest
 import torch
 from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
 
-from scaleformer.methods import BackboneSpec, build_method, method_config
+from scaleformer.methods import build_method, method_config
+from scaleformer.model.spec import BackboneSpec
 from scaleformer.ops import kept_layer
 from scaleformer.ops.kept_layer import deterministic, encode_at, full_then_gather
 
