@@ -27,9 +27,11 @@ from scaleformer.resources import experiments_dir
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scaleformer reproduce", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("artifact", help="name of a file in experiments/ (table1, table2, figure2)")
+    specs = ", ".join(sorted(p.stem for p in experiments_dir().glob("*.yaml")))
+    ap.add_argument("artifact", help=f"name of a file in experiments/ ({specs})")
     ap.add_argument("--profile", default="paper",
-                    help="paper (GPU, real data), tiny (CPU demonstration, synthetic) or smoke (CI, seconds)")
+                    help="paper (GPU, real data), dryrun (the paper's shapes, random weights: the cost table), "
+                         "tiny (CPU demonstration, synthetic) or smoke (CI, seconds)")
     ap.add_argument("--force", action="store_true", help="re-run cells that already have results")
     ap.add_argument("--render-only", action="store_true", help="do not launch runs; render what exists")
     ap.add_argument("--launcher", default=None,
