@@ -194,31 +194,35 @@ def render_table1_reading() -> str:
 
 
 def render_table_qa_reading() -> str:
-    """The held-out QA test: each method's EM and F1 minus truncation's with their paired intervals; the
-    table's Holm-corrected paired tests decide the words ("above"/"below" only where they say so)."""
+    """The held-out QA test: each method's EM and F1 minus truncation's with their paired intervals. The
+    table's Holm-corrected paired tests decide the words, metric by metric: a method is grouped by what
+    the test found on each ("higher", "lower" or "no difference shown"), never by a sign alone."""
     from scaleformer.artifacts.significance import MARK
 
     spec, rows = _table("table_qa")
     (ds,) = spec["datasets"]
     base = spec.get("baseline", "truncation")
-    groups: dict[str, list[str]] = {"above": [], "below": [], "none": []}
+    metrics = ("exact_match", "f1")
+    groups: dict[tuple[str, ...], list[str]] = {}
     for method in spec["methods"]:
-        got = [_row(rows, "test", method, ds, m) for m in ("exact_match", "f1")]
+        got = [_row(rows, "test", method, ds, m) for m in metrics]
         if method == base or None in got or any(r["diff_vs_baseline"] is None for r in got):
             continue
         said = "; ".join(f"{LABELS[m]} {_signed(r['diff_vs_baseline'])}{MARK if r['significant'] else ''} "
                          f"[{_signed(r['diff_ci_low'])}, {_signed(r['diff_ci_high'])}]"
-                         for m, r in zip(("exact_match", "f1"), got))
-        signs = {(r["diff_vs_baseline"] > 0) - (r["diff_vs_baseline"] < 0) for r in got if r["significant"]}
-        kind = "above" if signs == {1} else "below" if signs == {-1} else "none"
-        groups[kind].append(f"{spec['method_labels'][method]} ({said})")
-    trunc = [_row(rows, "test", base, ds, m) for m in ("exact_match", "f1")]
+                         for m, r in zip(metrics, got))
+        verdict = tuple("no difference shown" if not r["significant"] else "higher" if r["diff_vs_baseline"] > 0
+                        else "lower" for r in got)
+        groups.setdefault(verdict, []).append(f"{spec['method_labels'][method]} ({said})")
+    trunc = [_row(rows, "test", base, ds, m) for m in metrics]
     n = sorted({r["n_docs"] for r in rows if r["split"] == "test" and r.get("n_docs")})
+    found = " ".join(
+        ", ".join(f"{LABELS[m]} {v}" for m, v in zip(metrics, verdict)) + ": " + "; ".join(names) + "."
+        for verdict, names in groups.items())
     return (f"Held-out test questions ({'/'.join(n)}): truncation answers {_fmt(trunc[0]['ours'])} EM / "
             f"{_fmt(trunc[1]['ours'])} F1. Each method minus truncation, with the paired 95% interval, `{MARK}` "
-            f"where the paired test finds the difference (Holm-corrected over the table). Above truncation: "
-            f"{'; '.join(groups['above']) or 'none'}. Below: {'; '.join(groups['below']) or 'none'}. No difference "
-            f"found: {'; '.join(groups['none']) or 'none'}.")
+            f"where the paired test finds the difference (Holm-corrected over the table; an interval that "
+            f"misses zero without its mark did not survive the correction). {found}")
 
 
 def render_detectable(artifact: str, metric: str) -> str:
