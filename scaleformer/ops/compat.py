@@ -107,20 +107,35 @@ T5_EAGER = stock(_T5, "eager_attention_forward")
 
 
 # ------------------------------------------------------------------------------- binding by name
+def _unbound(fn: Callable) -> Callable:
+    """A bound method's function. The caches below key on what they are given, and a bound method keeps
+    its instance alive: ``trainer.fit`` once held every finished run's Trainer, model and optimiser."""
+    return getattr(fn, "__func__", fn)
+
+
 @functools.cache
-def _params(fn: Callable) -> dict[str, inspect.Parameter] | None:
+def _signature(fn: Callable) -> dict[str, inspect.Parameter] | None:
     try:
         return dict(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return None
 
 
+def _params(fn: Callable) -> dict[str, inspect.Parameter] | None:
+    """``fn``'s parameters by name (a method's include ``self``), cached per function."""
+    return _signature(_unbound(fn))
+
+
 @functools.cache
-def call_names(fn: Callable, roles: tuple[str, ...]) -> dict[str, str] | None:
-    """Each role's parameter name in the installed ``fn`` (see :data:`ALIASES`); None if one is absent."""
+def _call_names(fn: Callable, roles: tuple[str, ...]) -> dict[str, str] | None:
     params = _params(fn) or {}
     out = {r: next((a for a in ALIASES.get(r, (r,)) if a in params), None) for r in roles}
     return None if None in out.values() else out
+
+
+def call_names(fn: Callable, roles: tuple[str, ...]) -> dict[str, str] | None:
+    """Each role's parameter name in the installed ``fn`` (see :data:`ALIASES`); None if one is absent."""
+    return _call_names(_unbound(fn), roles)
 
 
 def _names_or_raise(fn: Callable, roles: tuple[str, ...]) -> dict[str, str]:
@@ -389,7 +404,7 @@ def require(names: Iterable[str], key: str) -> None:
 
 def reset() -> None:
     """Forget checked patches and notices (tests that swap transformers internals call this)."""
-    for forget in (_REASONS.clear, _NOTICED.clear, _params.cache_clear, call_names.cache_clear):
+    for forget in (_REASONS.clear, _NOTICED.clear, _signature.cache_clear, _call_names.cache_clear):
         forget()
 
 

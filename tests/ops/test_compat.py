@@ -49,6 +49,25 @@ def _renamed_attention(monkeypatch) -> None:
     compat.reset()
 
 
+def test_reading_a_methods_signature_keeps_no_instance_alive():
+    """The signature caches key on functions: a bound method (``trainer.fit``) once kept its Trainer, and
+    with it a whole run's model and optimiser, alive for the life of the process."""
+    import gc
+    import weakref
+
+    class Owner:
+        def fit(self, model, ckpt_path=None, weights_only=None, **kwargs):
+            return None
+
+    owner = Owner()
+    assert compat.fit_kwargs(owner.fit, weights_only=True, nosuch=1) == {"weights_only": True}
+    assert compat.call_names(owner.fit, ("model",)) == {"model": "model"} and compat.takes_var_kwargs(owner.fit)
+    gone = weakref.ref(owner)
+    del owner
+    gc.collect()
+    assert gone() is None
+
+
 def _notices(caplog, text: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if text in r.getMessage()]
 
