@@ -322,12 +322,17 @@ def render_dryrun_costs() -> str:
         rows = rec["rows"]
         where = re.search(r"machine ([^;]+);", rec.get("provenance", ""))
         device = f"{rows[0]['device']} ({where[1] if where else '?'}), {rows[0]['precision']}"
-        train, gen = (sum(r.get(k) or 0 for r in rows) / 3600 for k in ("train_s", "gen_s"))
-        hours.append(f"| [{artifact}](results/dryrun/{path.stem}.md) | {device} | {len(rows)} | {rec['total_h']:,.0f} "
-                     f"| {train:,.0f} | {gen:,.0f} |")
+        if all(r.get("total_s") is None for r in rows):  # e.g. the QA table: the paper has no such profile
+            hours.append(f"| [{artifact}](results/dryrun/{path.stem}.md) | {device} | {len(rows)} | no paper profile "
+                         "| – | – |")
+        else:
+            train, gen = (sum(r.get(k) or 0 for r in rows) / 3600 for k in ("train_s", "gen_s"))
+            hours.append(f"| [{artifact}](results/dryrun/{path.stem}.md) | {device} | {len(rows)} | "
+                         f"{rec['total_h']:,.0f} | {train:,.0f} | {gen:,.0f} |")
         longest = max(r["paper_tokens"] for r in rows)
         at = [r for r in rows if r["paper_tokens"] == longest]
-        memory.append(f"{artifact}, {at[0]['column']} ({longest:,} tokens, scaled from the {at[0]['tokens']:,} read): "
+        memory.append(f"{artifact} ({rows[0]['memory']}), {at[0]['column']} ({longest:,} tokens, scaled from the "
+                      f"{at[0]['tokens']:,} read): "
                       + ", ".join(
             f"{r['method']} {_fmt(r['train_peak_gb'])} / {_fmt(r['train_peak_ckpt_gb'])}" for r in at) + ".")
     missing = [a for a in ("table1", "table2", "figure2", "table_qa") if a not in found]
