@@ -108,8 +108,9 @@ T5_EAGER = stock(_T5, "eager_attention_forward")
 
 # ------------------------------------------------------------------------------- binding by name
 def _unbound(fn: Callable) -> Callable:
-    """A bound method's function. The caches below key on what they are given, and a bound method keeps
-    its instance alive: ``trainer.fit`` once held every finished run's Trainer, model and optimiser."""
+    """A bound method's function. The caches below key on what they are given, and a cached bound method
+    keeps its instance alive for the life of the process (``trainer.fit``: a run's Trainer, model and
+    optimiser, run after run in a grid)."""
     return getattr(fn, "__func__", fn)
 
 
