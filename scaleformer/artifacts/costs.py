@@ -63,9 +63,20 @@ def decode_ratio(model: dict[str, int], tokens: float, paper: float) -> float:
     return (fixed + per_state * paper) / (fixed + per_state * tokens)
 
 
-def grown(share: float, scale: float) -> float:
-    """How much a step grows when its input grows ``scale`` times and ``share`` of it grows with the input."""
-    return 1.0 - share + share * scale
+def step_factor(step: dict[str, Any], paper: float, warmup: dict[str, Any], linear: bool) -> float:
+    """How much a measured step grows at ``paper`` tokens. Only the encoder's FLOPs grow with the input
+    (forward + backward = 3 x its forward, 4 x when the chunks are recomputed), linearly from what the
+    warm-up counted at its own length; the decoder's and the optimiser's stay. Each step is scaled from its
+    own input length: the dry run's micro-batches read documents of different lengths."""
+    n = step.get("input_tokens") or 0
+    if not linear or not n:
+        return 1.0
+    n0, total, enc = warmup.get("input_tokens") or n, warmup.get("flops"), warmup.get("encoder_forward_flops")
+    if not total or enc is None:  # nothing counted: the whole step grows with the input
+        return paper / n
+    k = 4 if step.get("checkpoint_chunks") else 3
+    rest, per_token = max(total - 3 * enc, 0.0), enc / n0  # FLOPs that stay; encoder forward FLOPs per token
+    return (rest + k * per_token * paper) / (rest + k * per_token * n)
 
 
 def measured(result: Any, paper_cap: int | None = None) -> dict[str, Any] | None:
@@ -82,13 +93,12 @@ def measured(result: Any, paper_cap: int | None = None) -> dict[str, Any] | None
     linear = cost.get("length_scaling", "linear") == "linear"
     full = document_tokens(result) or tokens
     paper = min(full, paper_cap) if paper_cap else full
-    scale = paper / tokens if linear and paper > tokens else 1.0
-    # The encoder's share of a step (forward + backward = 3 x its forward; 4 x when recomputed) grows with
-    # the input; the decoder's and the optimiser's do not. Memory growth is scaled by the same shares.
+    scale = paper / tokens if linear else 1.0
+    # Time and memory growth of each step, scaled by the same factor (see step_factor).
     total, enc = steps[0].get("flops"), steps[0].get("encoder_forward_flops")
     share = min(1.0, 3 * enc / total) if total and enc is not None else 1.0
-    share_ckpt = min(1.0, 4 * enc / (total + enc)) if total and enc is not None else 1.0
-    f, f_ckpt = grown(share, scale), grown(share_ckpt, scale)
+    f = {id(s): step_factor(s, paper, steps[0], linear) for s in timed}
+    flops_paper = None if total is None else total * step_factor(steps[0], paper, steps[0], linear)
     gen = cost.get("generate") or []
     docs = sum(int(m.get("n_examples") or 0) for m in result.splits.values())
     # the tokens evaluation read (after the dry run's truncation), per document
@@ -105,11 +115,11 @@ def measured(result: Any, paper_cap: int | None = None) -> dict[str, Any] | None
         "device": cost.get("device", "cpu"), "precision": cost.get("precision"), "memory": cost.get("memory"),
         "tokens": round(tokens), "paper_tokens": round(paper), "scale": round(scale, 3),
         "length_scaling": "linear" if linear else "bounded", "encoder_share": round(share, 3),
-        "step_s": None if not plain else statistics.median(s["time_s"] for s in plain) * f,
-        "step_ckpt_s": None if not ckpt else statistics.median(s["time_s"] for s in ckpt) * f_ckpt,
-        "train_peak_gb": None if not plain else max(_at(s, f) or 0 for s in plain) / GB,
-        "train_peak_ckpt_gb": None if not ckpt else max(_at(s, f_ckpt) or 0 for s in ckpt) / GB,
-        "flops_step": None if total is None else total * f,
+        "step_s": None if not plain else statistics.median(s["time_s"] * f[id(s)] for s in plain),
+        "step_ckpt_s": None if not ckpt else statistics.median(s["time_s"] * f[id(s)] for s in ckpt),
+        "train_peak_gb": None if not plain else max(_at(s, f[id(s)]) or 0 for s in plain) / GB,
+        "train_peak_ckpt_gb": None if not ckpt else max(_at(s, f[id(s)]) or 0 for s in ckpt) / GB,
+        "flops_step": flops_paper,
         "gen_s_doc": gen_s, "gen_peak_gb": max(peaks) / GB if peaks else None,
     }
 

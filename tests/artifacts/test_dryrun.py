@@ -54,7 +54,8 @@ def test_one_dryrun_cell_at_bart_base_shape(tmp_path):
     assert row["paper_tokens"] > 1100 and row["scale"] == pytest.approx(row["paper_tokens"] / 1100, rel=1e-3)
     assert 0.5 < row["encoder_share"] < 1  # 2 chunks of 1,024 positions against 16 target tokens
     assert step["encoder_forward_flops"] * 3 < step["flops"]
-    assert row["step_s"] == pytest.approx(step["time_s"] * costs.grown(row["encoder_share"], row["scale"]), rel=1e-3)
+    assert row["step_s"] == pytest.approx(step["time_s"] * (1 - row["encoder_share"] + row["encoder_share"] * row["scale"]),
+                                          rel=1e-3)  # one step: its own length is the cell's
     plan = costs.paper_plan(spec, cell)
     assert plan["micro_batches"] == 20000 * 8 and plan["eval_docs"] == 972 + 973 and plan["max_input_tokens"] == 16384
     est = costs.estimate(row, plan)
@@ -114,6 +115,19 @@ def test_costs_scale_time_and_memory_growth_per_chunk_and_keep_bounded_methods()
     assert shared["step_ckpt_s"] == pytest.approx(3.0 * (1 / 3 + 2 / 3 * 4))
     assert shared["train_peak_gb"] == pytest.approx((3e9 + 2e9 * 2.8) / 1e9)
     assert shared["flops_step"] == pytest.approx(100 * 2.8)
+
+
+def test_each_step_is_scaled_from_its_own_length():
+    """The dry run's micro-batches read documents of different lengths (a step of 1,806 tokens beside one of
+    4,096): each is scaled from its own, not from the cell's mean, or the longer one is over-counted."""
+    warm = {**_step(9.0, 5e9, 1e9, flops=100), "encoder_forward_flops": 20}  # 1,000 tokens: 0.02 per token
+    steps = [warm, _step(2.0, 5e9, 3e9, tokens=500), _step(3.0, 4e9, 3e9, ckpt=True, tokens=2000)]
+    m = costs.measured(_result(steps))  # the paper's documents: 4,000 tokens
+    # FLOPs that stay: 100 - 3 x 20 = 40; at n tokens a step is 40 + 3 (4 recomputed) x 0.02 x n
+    assert m["step_s"] == pytest.approx(2.0 * (40 + 3 * 0.02 * 4000) / (40 + 3 * 0.02 * 500))
+    assert m["step_ckpt_s"] == pytest.approx(3.0 * (40 + 4 * 0.02 * 4000) / (40 + 4 * 0.02 * 2000))
+    assert m["train_peak_gb"] == pytest.approx((3e9 + 2e9 * 4.0) / 1e9)
+    assert m["flops_step"] == pytest.approx(40 + 3 * 0.02 * 4000)
 
 
 def test_estimate_writes_its_arithmetic_and_gpu_hours_from_flops():
