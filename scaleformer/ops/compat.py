@@ -107,13 +107,8 @@ T5_EAGER = stock(_T5, "eager_attention_forward")
 
 
 # ------------------------------------------------------------------------------- binding by name
-def _unbound(fn: Callable) -> Callable:
-    """A bound method's function. The caches below key on what they are given, and a cached bound method
-    keeps its instance alive for the life of the process (``trainer.fit``: a run's Trainer, model and
-    optimiser, run after run in a grid)."""
-    return getattr(fn, "__func__", fn)
-
-
+# The two caches key on functions, never on bound methods: a cached bound method keeps its instance alive
+# for the life of the process (``trainer.fit``: a run's Trainer, model and optimiser, run after run).
 @functools.cache
 def _signature(fn: Callable) -> dict[str, inspect.Parameter] | None:
     try:
@@ -123,8 +118,7 @@ def _signature(fn: Callable) -> dict[str, inspect.Parameter] | None:
 
 
 def _params(fn: Callable) -> dict[str, inspect.Parameter] | None:
-    """``fn``'s parameters by name (a method's include ``self``), cached per function."""
-    return _signature(_unbound(fn))
+    return _signature(getattr(fn, "__func__", fn))  # a method's parameters include ``self``
 
 
 @functools.cache
@@ -136,7 +130,7 @@ def _call_names(fn: Callable, roles: tuple[str, ...]) -> dict[str, str] | None:
 
 def call_names(fn: Callable, roles: tuple[str, ...]) -> dict[str, str] | None:
     """Each role's parameter name in the installed ``fn`` (see :data:`ALIASES`); None if one is absent."""
-    return _call_names(_unbound(fn), roles)
+    return _call_names(getattr(fn, "__func__", fn), roles)
 
 
 def _names_or_raise(fn: Callable, roles: tuple[str, ...]) -> dict[str, str]:
