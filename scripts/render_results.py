@@ -318,17 +318,15 @@ def render_dryrun_costs() -> str:
     for artifact, records in found.items():
         for path, rec in records:  # every device that ran it: the hours table shows each
             rows = rec["rows"]
-            where = re.search(r"machine ([^;]+);", rec.get("provenance", ""))
-            device = f"{rows[0]['device']} ({where[1] if where else '?'}), {rows[0]['precision']}"
-            took = re.search(r"wall time ([^;]+?) summed", rec.get("provenance", ""))
-            took = took[1] if took else "?"
+            prov = rec.get("provenance", "")
+            where, took = re.search(r"machine ([^;]+);", prov), re.search(r"wall time ([^;]+?) summed", prov)
+            head = (f"| [{artifact}](results/dryrun/{path.stem}.md) | {rows[0]['device']} ({where[1] if where else '?'}), "
+                    f"{rows[0]['precision']} | {len(rows)} | {took[1] if took else '?'} |")
             if all(r.get("total_s") is None for r in rows):  # e.g. the QA table: the paper has no such profile
-                hours.append(f"| [{artifact}](results/dryrun/{path.stem}.md) | {device} | {len(rows)} | {took} "
-                             "| no paper profile | – | – |")
+                hours.append(f"{head} no paper profile | – | – |")
             else:
                 train, gen = (sum(r.get(k) or 0 for r in rows) / 3600 for k in ("train_s", "gen_s"))
-                hours.append(f"| [{artifact}](results/dryrun/{path.stem}.md) | {device} | {len(rows)} | {took} | "
-                             f"{rec['total_h']:,.0f} | {train:,.0f} | {gen:,.0f} |")
+                hours.append(f"{head} {rec['total_h']:,.0f} | {train:,.0f} | {gen:,.0f} |")
         rows = records[0][1]["rows"]  # memory: the best device's
         longest = max(r["paper_tokens"] for r in rows)
         at = [r for r in rows if r["paper_tokens"] == longest]
