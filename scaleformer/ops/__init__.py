@@ -1,6 +1,7 @@
 """Tensor kernels and the one seam into transformers' internals.
 
 - ``compat``: every reach into transformers/Lightning internals (bound by name, checked, fallbacks);
+  ``binding``: its calls by argument role, whatever a release names the argument (re-exported there);
 - ``chunking``: overlapping chunks and micro-batched chunk encoding; ``packing``: chunk states into
   one padded decoder input; ``fusion``: ScaleFormer's cumulative fusion (eqs. 2-5);
 - ``kept_layer``: the encoder's last layer at kept positions only; ``spans``: per-layer attention

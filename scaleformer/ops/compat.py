@@ -33,9 +33,7 @@ Every place the project touches a dependency's internals (all behind this module
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
-import inspect
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -45,6 +43,16 @@ import torch
 from torch import nn
 
 from scaleformer.errors import ConfigError
+from scaleformer.ops import binding
+from scaleformer.ops.binding import (  # noqa: F401
+    ALIASES,
+    bind,
+    call,
+    call_names,
+    first_output,
+    parameters,
+    takes_var_kwargs,
+)
 from scaleformer.resources import installed  # noqa: F401 (compat.installed: the one version helper)
 
 log = logging.getLogger("scaleformer")
@@ -52,18 +60,6 @@ log = logging.getLogger("scaleformer")
 # The transformers releases this project's patches were tested on (`make test-compat` runs the
 # lowest and the newest; the lock pins one inside). The pyproject's lower bound equals the first.
 TESTED: dict[str, tuple[str, str]] = {"transformers": ("5.17.0", "5.24.0")}
-
-# What each argument the project binds has been called across transformers releases, newest first.
-ALIASES: dict[str, tuple[str, ...]] = {
-    "hidden_states": ("hidden_states",),
-    "key_value_states": ("key_value_states",),
-    "cache": ("cache", "past_key_values", "past_key_value"),  # 5.24 renamed past_key_values to cache
-    "attention_mask": ("attention_mask", "mask"),  # T5Attention calls it mask
-    "position_bias": ("position_bias",),
-    "inputs_embeds": ("inputs_embeds", "input_embeds"),
-    "past_seen_tokens": ("past_seen_tokens", "cache_position"),
-}
-
 
 def tested_range(dist: str = "transformers") -> str:
     return " to ".join(TESTED[dist])
@@ -106,76 +102,6 @@ BART_EAGER = stock(_BART, "eager_attention_forward")
 T5_EAGER = stock(_T5, "eager_attention_forward")
 
 
-# ------------------------------------------------------------------------------- binding by name
-# The two caches key on functions, never on bound methods: a cached bound method keeps its instance alive
-# for the life of the process (``trainer.fit``: a run's Trainer, model and optimiser, run after run).
-@functools.cache
-def _signature(fn: Callable) -> dict[str, inspect.Parameter] | None:
-    try:
-        return dict(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return None
-
-
-def _params(fn: Callable) -> dict[str, inspect.Parameter] | None:
-    return _signature(getattr(fn, "__func__", fn))  # a method's parameters include ``self``
-
-
-@functools.cache
-def _call_names(fn: Callable, roles: tuple[str, ...]) -> dict[str, str] | None:
-    params = _params(fn) or {}
-    out = {r: next((a for a in ALIASES.get(r, (r,)) if a in params), None) for r in roles}
-    return None if None in out.values() else out
-
-
-def call_names(fn: Callable, roles: tuple[str, ...]) -> dict[str, str] | None:
-    """Each role's parameter name in the installed ``fn`` (see :data:`ALIASES`); None if one is absent."""
-    return _call_names(getattr(fn, "__func__", fn), roles)
-
-
-def _names_or_raise(fn: Callable, roles: tuple[str, ...]) -> dict[str, str]:
-    if (names := call_names(fn, roles)) is None:
-        raise TypeError(f"{getattr(fn, '__qualname__', fn)} has no parameter for one of {roles}")
-    return names
-
-
-def takes_var_kwargs(fn: Callable) -> bool:
-    params = _params(fn)
-    return params is not None and any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def bind(fn: Callable, args: tuple, kwargs: dict[str, Any], roles: tuple[str, ...]) -> tuple[dict[str, Any], dict]:
-    """One call's arguments by role, and the remaining keyword arguments.
-
-    ``fn`` is the stock function the call was meant for (``args`` include ``self`` for a method). A
-    role passed under an older alias into ``**kwargs`` is taken from there too.
-    """
-    names = _names_or_raise(fn, roles)
-    values = inspect.signature(fn).bind(*args, **kwargs).arguments
-    var_kw = next((n for n, p in _params(fn).items() if p.kind is p.VAR_KEYWORD), None)
-    rest = dict(values.get(var_kw, {})) if var_kw else {}
-    out = {}
-    for role, name in names.items():
-        if name in values:
-            out[role] = values[name]
-        else:
-            alias = next((a for a in ALIASES.get(role, ()) if a in rest), None)
-            out[role] = rest.pop(alias) if alias else _params(fn)[name].default
-    return out, rest
-
-
-def call(target: Callable, *args: Any, extra: dict[str, Any] | None = None, **by_role: Any) -> Any:
-    """Call ``target`` (a function, or a module: its ``forward`` names the parameters) with each keyword
-    given by role (see :data:`ALIASES`) under its installed name, and ``extra`` keywords as they are."""
-    names = _names_or_raise(type(target).forward if isinstance(target, nn.Module) else target, tuple(by_role))
-    return target(*args, **{names[r]: v for r, v in by_role.items()}, **(extra or {}))
-
-
-def first_output(out: Any) -> torch.Tensor:
-    """A layer's hidden states, whether it returns them alone or first in a tuple (releases differ)."""
-    return out if isinstance(out, torch.Tensor) else out[0]
-
-
 def cache_kwarg(model: nn.Module) -> str:
     """The keyword ``model.generate``/``forward`` takes its cache by (``cache`` from 5.24)."""
     names = call_names(type(model).forward, ("cache",))
@@ -195,7 +121,7 @@ def set_attn_impl(config: Any, impl: str) -> None:  # on a module's own copy of 
 
 def dynamic_cache(config: Any = None) -> Any:
     """An empty ``DynamicCache`` (for ``config``'s layer types where the release takes a config)."""
-    if config is not None and "config" in (_params(DynamicCache.__init__) or {}):
+    if config is not None and "config" in (parameters(DynamicCache.__init__) or {}):
         return DynamicCache(config=config)
     return DynamicCache()
 
@@ -275,7 +201,7 @@ def flop_counter() -> Any:
 
 def fit_kwargs(fit: Callable, **wanted: Any) -> dict[str, Any]:
     """The keywords of ``wanted`` that the installed ``Trainer.fit`` takes."""
-    params = _params(fit) or {}
+    params = parameters(fit) or {}
     return {k: v for k, v in wanted.items() if k in params}
 
 
@@ -296,7 +222,7 @@ T5_ROLES = ("hidden_states", "attention_mask", "key_value_states", "position_bia
 
 def _lacks(fn: Callable, roles: tuple[str, ...]) -> str | None:
     """Which role ``fn`` has no parameter for, as a reason; None when it has them all."""
-    params = _params(fn) or {}
+    params = parameters(fn) or {}
     miss = [r for r in roles if not any(a in params for a in ALIASES.get(r, (r,)))]
     return f"{fn.__qualname__} takes no {miss[0]} argument" if miss else None
 
@@ -399,7 +325,7 @@ def require(names: Iterable[str], key: str) -> None:
 
 def reset() -> None:
     """Forget checked patches and notices (tests that swap transformers internals call this)."""
-    for forget in (_REASONS.clear, _NOTICED.clear, _signature.cache_clear, _call_names.cache_clear):
+    for forget in (_REASONS.clear, _NOTICED.clear, binding.clear):
         forget()
 
 
