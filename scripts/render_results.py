@@ -299,48 +299,14 @@ def render_qa_by_window() -> str:
             + "\n".join(lines))
 
 
-def _cost_records(artifact: str) -> list[tuple[Path, dict[str, Any]]]:
-    """The committed cost tables of an artifact's dry run, best first (a GPU's, then a CPU's)."""
-    from scaleformer.artifacts.costs import cost_table_paths
-
-    return [(path, _read_json(path)) for path in cost_table_paths(artifact, RESULTS / "dryrun") if path.exists()]
-
-
 def render_dryrun_costs() -> str:
-    """Hours of each artifact's paper profile and the memory of training at its longest documents, from the
-    dry runs' cost tables (``scaleformer.artifacts.costs``)."""
-    found = {a: r for a in ("table1", "table2", "figure2", "table_qa") if (r := _cost_records(a))}
-    if not found:
+    """Hours of each artifact's paper profile and the memory of training at its longest documents."""
+    from scaleformer.artifacts.costs import summary_markdown
+
+    text = summary_markdown(RESULTS / "dryrun", ("table1", "table2", "figure2", "table_qa"), link="results/dryrun")
+    if text is None:
         raise MissingResults("results/dryrun/: no cost table (make table1 PROFILE=dryrun)")
-    hours = ["| artifact | measured on | cells | dry run took | paper profile (h) | training (h) | generation (h) |",
-             "|---|---|---|---|---|---|---|"]
-    memory = []
-    for artifact, records in found.items():
-        for path, rec in records:  # every device that ran it: the hours table shows each
-            rows = rec["rows"]
-            prov = rec.get("provenance", "")
-            where, took = re.search(r"machine ([^;]+);", prov), re.search(r"wall time ([^;]+?) summed", prov)
-            head = (f"| [{artifact}](results/dryrun/{path.stem}.md) | {rows[0]['device']} ({where[1] if where else '?'}), "
-                    f"{rows[0]['precision']} | {len(rows)} | {took[1] if took else '?'} |")
-            if all(r.get("total_s") is None for r in rows):  # e.g. the QA table: the paper has no such profile
-                hours.append(f"{head} no paper profile | – | – |")
-            else:
-                train, gen = (sum(r.get(k) or 0 for r in rows) / 3600 for k in ("train_s", "gen_s"))
-                hours.append(f"{head} {rec['total_h']:,.0f} | {train:,.0f} | {gen:,.0f} |")
-        rows = records[0][1]["rows"]  # memory: the best device's
-        longest = max(r["paper_tokens"] for r in rows)
-        at = [r for r in rows if r["paper_tokens"] == longest]
-        memory.append(f"{artifact} ({rows[0]['memory']}), {at[0]['column']} ({longest:,} tokens, scaled from the "
-                      f"{at[0]['tokens']:,} read): "
-                      + ", ".join(
-            f"{r['method']} {_fmt(r['train_peak_gb'])} / {_fmt(r['train_peak_ckpt_gb'])}" for r in at) + ".")
-    missing = [a for a in ("table1", "table2", "figure2", "table_qa") if a not in found]
-    return ("From `results/dryrun/` (`make <artifact> PROFILE=dryrun`; the arithmetic of every cell is in its "
-            "table): how long the dry run took (summed over its cells) and the paper profile's time on the device that "
-            "measured it, one device, nothing in parallel.\n\n"
-            + "\n".join(hours) + "\n\nPeak GB to train at the longest documents, without / with "
-            "`method.checkpoint_chunks`: " + " ".join(memory)
-            + (f" Not measured yet: {', '.join(missing)}." if missing else ""))
+    return text
 
 
 RENDERERS: dict[str, Callable[[], str]] = {

@@ -23,7 +23,9 @@ generates for one document with the paper's beams and ``max_new_tokens``. Per ce
 from __future__ import annotations
 
 import json
+import re
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -262,3 +264,43 @@ def paper_estimate(artifact: str, folder: Path) -> tuple[float | None, str]:
                        f"{hours:,.0f} h as measured there{extra}")
     return None, (f"no cost table for {artifact} yet at {folder}/{artifact}.json (`make {artifact} PROFILE=dryrun` "
                   "measures one): no estimate")
+
+
+def summary_markdown(folder: Path, artifacts: Sequence[str], link: str) -> str | None:
+    """The README's cost block from the committed cost tables in ``folder`` (None when there are none):
+    every dry run (GPU and CPU) with how long it took and the paper profile's hours, then the training
+    memory at each artifact's longest documents from its best device. ``link``: ``folder`` as the page
+    that shows the block sees it."""
+    found = {a: recs for a in artifacts
+             if (recs := [(p, json.loads(p.read_text(encoding="utf-8"))) for p in cost_table_paths(a, folder) if p.exists()])}
+    if not found:
+        return None
+    hours = ["| artifact | measured on | cells | dry run took | paper profile (h) | training (h) | generation (h) |",
+             "|---|---|---|---|---|---|---|"]
+    memory = []
+    for artifact, records in found.items():
+        for path, rec in records:
+            rows = rec["rows"]
+            prov = rec.get("provenance", "")
+            where, took = re.search(r"machine ([^;]+);", prov), re.search(r"wall time ([^;]+?) summed", prov)
+            head = (f"| [{artifact}]({link}/{path.stem}.md) | {rows[0]['device']} ({where[1] if where else '?'}), "
+                    f"{rows[0]['precision']} | {len(rows)} | {took[1] if took else '?'} |")
+            if all(r.get("total_s") is None for r in rows):  # e.g. the QA table: the paper has no such profile
+                hours.append(f"{head} no paper profile | – | – |")
+            else:
+                train, gen = (sum(r.get(k) or 0 for r in rows) / 3600 for k in ("train_s", "gen_s"))
+                hours.append(f"{head} {rec['total_h']:,.0f} | {train:,.0f} | {gen:,.0f} |")
+        rows = records[0][1]["rows"]  # memory: the best device's
+        longest = max(r["paper_tokens"] for r in rows)
+        at = [r for r in rows if r["paper_tokens"] == longest]
+        memory.append(f"{artifact} ({rows[0]['memory']}), {at[0]['column']} ({longest:,} tokens, scaled from the "
+                      f"{at[0]['tokens']:,} read): "
+                      + ", ".join(f"{r['method']} {_g(r['train_peak_gb'])} / {_g(r['train_peak_ckpt_gb'])}" for r in at)
+                      + ".")
+    missing = [a for a in artifacts if a not in found]
+    return (f"From `{link}/` (`make <artifact> PROFILE=dryrun`; the arithmetic of every cell is in its "
+            "table): how long the dry run took (summed over its cells) and the paper profile's time on the device that "
+            "measured it, one device, nothing in parallel.\n\n"
+            + "\n".join(hours) + "\n\nPeak GB to train at the longest documents, without / with "
+            "`method.checkpoint_chunks`: " + " ".join(memory)
+            + (f" Not measured yet: {', '.join(missing)}." if missing else ""))
