@@ -184,6 +184,15 @@ def cost_rows(spec: dict[str, Any], profile: str, cells: list[Cell], got: Any) -
     return rows
 
 
+def distinct(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per run: cells that are one configuration (a sweep's default point on each of its axes) are one
+    training in the paper profile as in the dry run, so totals count them once."""
+    first: dict[Any, dict[str, Any]] = {}
+    for r in rows:
+        first.setdefault(r.get("run_id") or id(r), r)
+    return list(first.values())
+
+
 def _g(x: float | None, fmt: str = "{:.1f}") -> str:
     return "–" if x is None else fmt.format(x)
 
@@ -208,10 +217,15 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str)
                      f"| {_g(r['train_peak_gb'])} | {_g(r['train_peak_ckpt_gb'])} | {_g(r['gen_s_doc'])} "
                      f"| {_g(r['gen_peak_gb'])} | {_fits(r['train_peak_gb'])} | {_fits(r['train_peak_ckpt_gb'])} "
                      f"| {_g(None if r['total_s'] is None else r['total_s'] / 3600, '{:,.0f}')} | {gpu} |")
-    total = [r["total_s"] for r in rows if r["total_s"] is not None]
-    gpu = [r["gpu_train_h"] for r in rows if r.get("gpu_train_h")]
+    total = [r["total_s"] for r in distinct(rows) if r["total_s"] is not None]
+    gpu = [r["gpu_train_h"] for r in distinct(rows) if r.get("gpu_train_h")]
     lines += ["", "Arithmetic per cell (the paper profile's trainer, composed from its config):", ""]
     lines += [f"- {r['method']} on {r['column']}: {r['arithmetic']}" for r in rows]
+    shared = {}
+    for r in rows:
+        shared.setdefault(r.get("run_id") or id(r), []).append(f"{r['method']} on {r['column']}")
+    lines += [f"- {', '.join(cells)}: one run (the same configuration), counted once below"
+              for cells in shared.values() if len(cells) > 1]
     if total:
         lines += ["", f"Whole table on this {device}: {sum(total) / 3600:,.0f} h."]
     if gpu:
@@ -237,7 +251,7 @@ def build_costs(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
     prov = provenance(got)
     record = {"artifact": spec["artifact"], "profile": profile, "assumptions": {
         "h100_bf16_tflops": H100_BF16_TFLOPS, "mfu_range": list(MFU), "devices_gb": list(DEVICES_GB)},
-        "rows": rows, "total_h": sum(r["total_s"] or 0 for r in rows) / 3600, "provenance": prov}
+        "rows": rows, "total_h": sum(r["total_s"] or 0 for r in distinct(rows)) / 3600, "provenance": prov}
     return {"md": atomic_write_text(out_dir / f"{name}.md", render_markdown(spec, rows, prov)),
             "json": atomic_write_text(out_dir / f"{name}.json", json.dumps(record, indent=1) + "\n")}
 
@@ -257,7 +271,7 @@ def paper_estimate(artifact: str, folder: Path) -> tuple[float | None, str]:
         rows = record.get("rows") or []
         hours = float(record.get("total_h") or 0)
         device = rows[0].get("device", "?") if rows else "?"
-        gpu = [r["gpu_train_h"] for r in rows if r.get("gpu_train_h")]
+        gpu = [r["gpu_train_h"] for r in distinct(rows) if r.get("gpu_train_h")]
         extra = (f"; training on one H100 ~{sum(g[0] for g in gpu):,.0f}-{sum(g[1] for g in gpu):,.0f} GPU-h by FLOPs "
                  f"at {int(MFU[1] * 100)}-{int(MFU[0] * 100)}% of peak (generation not measured)") if gpu else ""
         return hours, (f"estimate for {artifact} (paper profile), from the dry run on {device} ({path}): "
@@ -288,7 +302,7 @@ def summary_markdown(folder: Path, artifacts: Sequence[str], link: str) -> str |
             if all(r.get("total_s") is None for r in rows):  # e.g. the QA table: the paper has no such profile
                 hours.append(f"{head} no paper profile | – | – |")
             else:
-                train, gen = (sum(r.get(k) or 0 for r in rows) / 3600 for k in ("train_s", "gen_s"))
+                train, gen = (sum(r.get(k) or 0 for r in distinct(rows)) / 3600 for k in ("train_s", "gen_s"))
                 hours.append(f"{head} {rec['total_h']:,.0f} | {train:,.0f} | {gen:,.0f} |")
         rows = records[0][1]["rows"]  # memory: the best device's
         longest = max(r["paper_tokens"] for r in rows)

@@ -49,11 +49,14 @@ class Collected:
 def collect(cells: list[Cell], label: Callable[[str], str] = str) -> Collected:
     """Read each cell's metrics.json; report missing and corrupt files by name (``label``: a column's name
     as the table prints it, so "missing:" lines say "synthetic 0.2k", not the paper's data set)."""
-    out = Collected()
+    out, read = Collected(), {}  # read: one Results per run folder, so cells that are one run share it
     for c in cells:
         if not c.available:
             continue
         path = Path(str(c.result_dir)) / RESULTS_FILE
+        if path in read:
+            out.results[(c.key, c.method, c.value, c.seed)] = read[path]
+            continue
         if not path.exists():
             out.problems.append(f"missing: {path} ({c.method} on {label(c.key)})")
             continue
@@ -61,7 +64,7 @@ def collect(cells: list[Cell], label: Callable[[str], str] = str) -> Collected:
         if result is None or not isinstance(result.splits, dict):
             out.problems.append(f"corrupt: {path} ({c.method} on {label(c.key)}): skipped")
             continue
-        out.results[(c.key, c.method, c.value, c.seed)] = result
+        out.results[(c.key, c.method, c.value, c.seed)] = read[path] = result
     for p in out.problems:
         print(p, file=sys.stderr)
     return out
@@ -140,8 +143,9 @@ def _fmt(x: float | None) -> str:
 
 
 def provenance(got: Collected) -> str:
-    """Where the table's runs come from: commits, versions, machines and their summed wall time."""
-    results = list(got.results.values())
+    """Where the table's runs come from: commits, versions, machines and their summed wall time (a run
+    that several cells read, such as a sweep's default point, counted once)."""
+    results = list({id(r): r for r in got.results.values()}.values())
     if not results:
         return ""
 

@@ -142,6 +142,31 @@ def test_estimate_writes_its_arithmetic_and_gpu_hours_from_flops():
     assert costs.estimate(m, None)["total_s"] is None
 
 
+def test_cells_that_are_one_run_are_counted_once_in_the_totals(tmp_path):
+    """A sweep's default point is one training in the paper profile as in the dry run (figure2's alpha=0.5,
+    m=300 and O=150): its row appears under each axis, its hours once in the table's, the README's and the
+    gate's totals."""
+    import json
+
+    def row(run_id: str, column: str, hours: float) -> dict:
+        return {"method": "scaleformer_middle", "column": column, "run_id": run_id, "device": "cpu",
+                "memory": "peak RSS", "precision": "32-true", "tokens": 100, "paper_tokens": 100, "scale": 1,
+                "step_s": 1.0, "step_ckpt_s": None, "train_peak_gb": 1.0, "train_peak_ckpt_gb": None,
+                "gen_s_doc": 1.0, "gen_peak_gb": 1.0, "total_s": hours * 3600, "train_s": hours * 3600,
+                "gen_s": 0.0, "arithmetic": f"{hours} h", "gpu_train_h": [hours / 100, hours / 50]}
+
+    rows = [row("a", "method.alpha=0.0", 1000), row("d", "method.alpha=0.5", 2000), row("d", "method.overlap=150", 2000)]
+    assert [r["column"] for r in costs.distinct(rows)] == ["method.alpha=0.0", "method.alpha=0.5"]
+    text = costs.render_markdown({"artifact": "figure2"}, rows, "")
+    assert "Whole table on this cpu: 3,000 h." in text and "30-60 GPU-hours" in text
+    assert "- scaleformer_middle on method.alpha=0.5, scaleformer_middle on method.overlap=150: one run" in text
+    (tmp_path / "figure2.json").write_text(json.dumps({"rows": rows, "total_h": 3000.0, "provenance": ""}))
+    hours, line = costs.paper_estimate("figure2", tmp_path)
+    assert hours == 3000.0 and "~30-60 GPU-h" in line
+    block = costs.summary_markdown(tmp_path, ["figure2"], "results/dryrun")
+    assert "| 3 | ? | 3,000 | 3,000 | 0 |" in block
+
+
 def test_paper_profile_asks_for_yes_above_an_hour(tmp_path, capsys, monkeypatch):
     from scaleformer.cli import reproduce
 

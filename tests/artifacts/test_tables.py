@@ -129,6 +129,26 @@ def _paper_rows(text: str, n: int) -> dict[str, list[float]]:
 
 
 @pytest.mark.skipif(not PAPER.exists(), reason="the paper text lives in ../shared (CI and dev machines)")
+def test_a_sweeps_default_point_is_one_run_read_once_and_counted_once(tmp_path):
+    """alpha=0.5, m=300 and O=150 are one configuration: one run folder that three cells read; the table's
+    provenance sums each run's wall time once (it read 3 x the default's time where 2 cells reused it)."""
+    spec = SPECS["figure2"]
+    cells = grid.expand_grid(spec, "tiny")
+    grid.resolve_run_ids(cells, tmp_path)
+    default = [c for c in cells if (c.key, c.value) in {("alpha", 0.5), ("middle_tokens", 300), ("overlap", 150)}]
+    assert len(default) == 3 and len({c.result_dir for c in default}) == 1
+    folders = {c.result_dir for c in cells}
+    for d in folders:
+        d.mkdir(parents=True)
+        (d / "metrics.json").write_text(json.dumps({**_fake_result(d.name, 20.0), "wall_time_s": 60.0}))
+    got = tables.collect(cells)
+    first, *others = (got.results[(c.key, c.method, c.value, c.seed)] for c in default)
+    assert len(got.results) == len(cells) and all(r is first for r in others)
+    prov = tables.provenance(got)
+    assert f"{len(folders)} runs;" in prov and f"wall time {len(folders):.1f} min summed" in prov
+    assert len(folders) == len(cells) - 2
+
+
 def test_paper_values_match_the_paper():
     text = PAPER.read_text()
     t1 = _paper_rows(text, 12)
