@@ -197,6 +197,14 @@ def _g(x: float | None, fmt: str = "{:.1f}") -> str:
     return "–" if x is None else fmt.format(x)
 
 
+def _spread(values: list[float | None]) -> str:
+    """One number as it is; several as their median and range."""
+    got = sorted(v for v in values if v is not None)
+    if len(got) < 2:
+        return _g(got[0] if got else None)
+    return f"median {statistics.median(got):.1f} ({got[0]:.1f}-{got[-1]:.1f})"
+
+
 def _fits(gb: float | None) -> str:
     return "–" if gb is None else "/".join("yes" if gb <= d else "no" for d in DEVICES_GB)
 
@@ -306,10 +314,16 @@ def summary_markdown(folder: Path, artifacts: Sequence[str], link: str) -> str |
                 hours.append(f"{head} {rec['total_h']:,.0f} | {train:,.0f} | {gen:,.0f} |")
         rows = records[0][1]["rows"]  # memory: the best device's
         longest = max(r["paper_tokens"] for r in rows)
-        at = [r for r in rows if r["paper_tokens"] == longest]
-        memory.append(f"{artifact} ({rows[0]['memory']}), {at[0]['column']} ({longest:,} tokens, scaled from the "
+        at = distinct([r for r in rows if r["paper_tokens"] == longest])
+        by_method: dict[str, list[dict[str, Any]]] = {}
+        for r in at:
+            by_method.setdefault(r["method"], []).append(r)
+        # a sweep: every point is the same method at the same length, so its spread, not 21 near-equal numbers
+        where = at[0]["column"] if len(at) == len(by_method) else f"all {len(at)} runs"
+        memory.append(f"{artifact} ({rows[0]['memory']}), {where} ({longest:,} tokens, scaled from the "
                       f"{at[0]['tokens']:,} read): "
-                      + ", ".join(f"{r['method']} {_g(r['train_peak_gb'])} / {_g(r['train_peak_ckpt_gb'])}" for r in at)
+                      + ", ".join(f"{m} {_spread([r['train_peak_gb'] for r in rs])} / "
+                                  f"{_spread([r['train_peak_ckpt_gb'] for r in rs])}" for m, rs in by_method.items())
                       + ".")
     missing = [a for a in artifacts if a not in found]
     return (f"From `{link}/` (`make <artifact> PROFILE=dryrun`; the arithmetic of every cell is in its "

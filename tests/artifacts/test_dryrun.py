@@ -165,6 +165,11 @@ def test_cells_that_are_one_run_are_counted_once_in_the_totals(tmp_path):
     assert hours == 3000.0 and "~30-60 GPU-h" in line
     block = costs.summary_markdown(tmp_path, ["figure2"], "results/dryrun")
     assert "| 3 | ? | 3,000 | 3,000 | 0 |" in block
+    # memory at the longest documents: a sweep's points are one method at one length, given as a spread
+    rows[0]["train_peak_gb"] = 3.0
+    (tmp_path / "figure2.json").write_text(json.dumps({"rows": rows, "total_h": 3000.0, "provenance": ""}))
+    block = costs.summary_markdown(tmp_path, ["figure2"], "results/dryrun")
+    assert "all 2 runs (100 tokens" in block and "scaleformer_middle median 2.0 (1.0-3.0) / –." in block
 
 
 def test_paper_profile_asks_for_yes_above_an_hour(tmp_path, capsys, monkeypatch):
