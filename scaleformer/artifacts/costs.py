@@ -236,6 +236,16 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str)
               for cells in shared.values() if len(cells) > 1]
     if total:
         lines += ["", f"Whole table on this {device}: {sum(total) / 3600:,.0f} h."]
+    same: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in distinct(rows):
+        if r.get("flops_step"):
+            same.setdefault((r["method"], r["tokens"], round(r["flops_step"])), []).append(r)
+    # sweep points that count the same FLOPs on the same document do the same work: their spread is noise
+    lines += [f"Repeatability: {len(rs)} runs of {m} that count the same FLOPs on the same documents ({n:,} tokens "
+              f"on average) took {_spread([r['step_s'] for r in rs])} s/step, this machine's run-to-run spread: read "
+              f"single cells' differences against it (generation: {_spread([r['gen_s_doc'] for r in rs])} s/doc, "
+              "where different weights may decode to different lengths)."
+              for (m, n, _), rs in same.items() if len(rs) >= 3]
     if gpu:
         lines += [f"Training on one H100, estimated from the counted FLOPs at {int(MFU[1] * 100)}-{int(MFU[0] * 100)}% "
                   f"of its {H100_BF16_TFLOPS} TFLOP/s dense bf16 peak (an assumption, not a measurement): "

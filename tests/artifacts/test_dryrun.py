@@ -153,13 +153,21 @@ def test_cells_that_are_one_run_are_counted_once_in_the_totals(tmp_path):
                 "memory": "peak RSS", "precision": "32-true", "tokens": 100, "paper_tokens": 100, "scale": 1,
                 "step_s": 1.0, "step_ckpt_s": None, "train_peak_gb": 1.0, "train_peak_ckpt_gb": None,
                 "gen_s_doc": 1.0, "gen_peak_gb": 1.0, "total_s": hours * 3600, "train_s": hours * 3600,
-                "gen_s": 0.0, "arithmetic": f"{hours} h", "gpu_train_h": [hours / 100, hours / 50]}
+                "gen_s": 0.0, "arithmetic": f"{hours} h", "gpu_train_h": [hours / 100, hours / 50], "flops_step": 1.0}
 
     rows = [row("a", "method.alpha=0.0", 1000), row("d", "method.alpha=0.5", 2000), row("d", "method.overlap=150", 2000)]
     assert [r["column"] for r in costs.distinct(rows)] == ["method.alpha=0.0", "method.alpha=0.5"]
     text = costs.render_markdown({"artifact": "figure2"}, rows, "")
     assert "Whole table on this cpu: 3,000 h." in text and "30-60 GPU-hours" in text
     assert "- scaleformer_middle on method.alpha=0.5, scaleformer_middle on method.overlap=150: one run" in text
+    assert "Repeatability" not in text  # two runs are no spread
+    rows.append({**row("b", "method.alpha=1.0", 1000), "step_s": 4.0})
+    text = costs.render_markdown({"artifact": "figure2"}, rows, "")
+    assert "3 runs of scaleformer_middle that count the same FLOPs on the same documents (100 tokens on average)" in text
+    rows[-1]["flops_step"] = 2.0  # more work: not a repeat
+    assert "Repeatability" not in costs.render_markdown({"artifact": "figure2"}, rows, "")
+    assert "took median 1.0 (1.0-4.0) s/step" in text and "(generation: median 1.0 (1.0-1.0) s/doc" in text
+    rows.pop()
     (tmp_path / "figure2.json").write_text(json.dumps({"rows": rows, "total_h": 3000.0, "provenance": ""}))
     hours, line = costs.paper_estimate("figure2", tmp_path)
     assert hours == 3000.0 and "~30-60 GPU-h" in line
