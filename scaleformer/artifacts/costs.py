@@ -11,7 +11,8 @@ generates for one document with the paper's beams and ``max_new_tokens``. Per ce
   share that grows with the input is scaled: in training, the encoder's share of the step's FLOPs
   (time and memory growth alike); in generation, the encoding linearly and decoding by its FLOPs per
   token. Methods whose encoder side stops growing (``length_scaling: bounded``, e.g. truncation past
-  its window) stay as measured, so the dry run reads documents longer than any window;
+  its window) stay as measured, so the dry run reads documents longer than any window; training
+  alone when only training stops (``train_length_scaling``: Unlimiformer's standard mode);
 - the paper profile's time: micro-batches x step time + documents generated (validation during
   training, then ``paper_eval_docs``) x seconds per document, the arithmetic written out, the trainer's
   numbers from composing the paper profile's own config;
@@ -92,15 +93,16 @@ def measured(result: Any, paper_cap: int | None = None) -> dict[str, Any] | None
     plain = [s for s in timed if not s["checkpoint_chunks"]]
     ckpt = [s for s in timed if s["checkpoint_chunks"]]
     tokens = statistics.mean(s["input_tokens"] for s in timed)
-    linear = cost.get("length_scaling", "linear") == "linear"
+    linear = cost.get("length_scaling", "linear") == "linear"  # evaluation's encoder side
+    train_linear = cost.get("train_length_scaling", cost.get("length_scaling", "linear")) == "linear"
     full = document_tokens(result) or tokens
     paper = min(full, paper_cap) if paper_cap else full
     scale = paper / tokens if linear else 1.0
     # Time and memory growth of each step, scaled by the same factor (see step_factor).
     total, enc = steps[0].get("flops"), steps[0].get("encoder_forward_flops")
     share = min(1.0, 3 * enc / total) if total and enc is not None else 1.0
-    f = {id(s): step_factor(s, paper, steps[0], linear) for s in timed}
-    flops_paper = None if total is None else total * step_factor(steps[0], paper, steps[0], linear)
+    f = {id(s): step_factor(s, paper, steps[0], train_linear) for s in timed}
+    flops_paper = None if total is None else total * step_factor(steps[0], paper, steps[0], train_linear)
     gen = cost.get("generate") or []
     docs = sum(int(m.get("n_examples") or 0) for m in result.splits.values())
     # the tokens evaluation read (after the dry run's truncation), per document
@@ -116,7 +118,8 @@ def measured(result: Any, paper_cap: int | None = None) -> dict[str, Any] | None
     return {
         "device": cost.get("device", "cpu"), "precision": cost.get("precision"), "memory": cost.get("memory"),
         "tokens": round(tokens), "paper_tokens": round(paper), "scale": round(scale, 3),
-        "length_scaling": "linear" if linear else "bounded", "encoder_share": round(share, 3),
+        "length_scaling": "linear" if linear else "bounded",
+        "train_length_scaling": "linear" if train_linear else "bounded", "encoder_share": round(share, 3),
         "step_s": None if not plain else statistics.median(s["time_s"] * f[id(s)] for s in plain),
         "step_ckpt_s": None if not ckpt else statistics.median(s["time_s"] * f[id(s)] for s in ckpt),
         "train_peak_gb": None if not plain else max(_at(s, f[id(s)]) or 0 for s in plain) / GB,

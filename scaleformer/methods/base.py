@@ -132,6 +132,11 @@ class Method(ABC):
         """Length of the decoder's encoder-side input for one document of n_tokens (for benchmarks)."""
         raise NotImplementedError
 
+    def train_length(self, n_tokens: int) -> int:
+        """What a training step's encoder side grows with, for one document of n_tokens (the cost table
+        scales a measured step by it): the evaluation's, unless the method trains on less."""
+        return self.decoder_length(n_tokens)
+
     def describe(self) -> dict[str, Any]:
         """The method and its parameters, as recorded in metrics.json."""
         return asdict(self.cfg)

@@ -147,3 +147,10 @@ class Unlimiformer(DatastoreMethod):
     def decoder_length(self, n_tokens: int) -> int:
         """Encoder states the decoder gets at evaluation: the local window plus the datastore."""
         return self.local_window.decoder_length(n_tokens) + super().decoder_length(n_tokens)
+
+    def train_length(self, n_tokens: int) -> int:
+        """Standard training reads the local window only (truncation's input); the other modes encode the
+        whole document into the datastore."""
+        if self.cfg.training_mode == "standard":
+            return self.local_window.decoder_length(n_tokens)
+        return self.decoder_length(n_tokens)

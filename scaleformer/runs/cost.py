@@ -40,6 +40,7 @@ class CostProbe(pl.Callback):
         self._flops: Any = None
         self._toggled: Any = None  # the method config whose checkpoint_chunks this step switched on
         self.scaling = "linear"  # "bounded" for methods that read a window whatever the input's length
+        self.train_scaling = "linear"  # the same for training (Unlimiformer's standard mode trains on a window)
         self.model: dict[str, int] = {}  # the decoder's size: how generation's cost grows with the input
         self._wrapped: list[Any] = []  # methods whose encode is timed (an instance attribute)
         self._encoder_flops: list[int] = []
@@ -79,7 +80,11 @@ class CostProbe(pl.Callback):
         cfg = getattr(method, "cfg", None)
         if not self.steps and method is not None:  # does the encoder side keep growing with the input?
             n = int(batch["attention_mask"].sum(1).max())  # (cost tables: 64x the input, half as many states)
-            self.scaling = "linear" if method.decoder_length(64 * n) >= 32 * method.decoder_length(n) else "bounded"
+
+            def grows(length: Any) -> str:
+                return "linear" if length(64 * n) >= 32 * length(n) else "bounded"
+
+            self.scaling, self.train_scaling = grows(method.decoder_length), grows(method.train_length)
         self.steps.append({
             "time_s": round(seconds, 4), **probe.since(self._base), "base_bytes": self._base,
             "input_tokens": int(batch["attention_mask"].sum()), "target_tokens": int((batch["labels"] >= 0).sum()),
@@ -197,5 +202,5 @@ class CostProbe(pl.Callback):
         dev = self._probe.device if self._probe is not None else torch.device("cpu")
         return {"device": str(dev), "precision": precision,
                 "memory": "cuda max_memory_allocated" if dev.type == "cuda" else "process peak RSS (VmHWM)",
-                "length_scaling": self.scaling, "model": self.model, "train_steps": self.steps,
-                "generate": self.generate}
+                "length_scaling": self.scaling, "train_length_scaling": self.train_scaling, "model": self.model,
+                "train_steps": self.steps, "generate": self.generate}

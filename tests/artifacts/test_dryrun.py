@@ -43,6 +43,7 @@ def test_one_dryrun_cell_at_bart_base_shape(tmp_path):
     assert not list(tmp_path.glob("runs/*/model")), "a dry run exports no random weights"
     cost = out["cost"]
     assert cost["model"]["d_model"] == 768 and cost["model"]["decoder_layers"] == 6
+    assert cost["length_scaling"] == cost["train_length_scaling"] == "linear"
     (step,) = cost["train_steps"]
     assert step["warmup"] and step["input_tokens"] == 1100 and step["time_s"] > 0
     # at least the encoder's linear layers, forward and backward: 6 x 6 layers x 7.08M weights x 2 chunks x 1024
@@ -78,12 +79,23 @@ def test_generation_is_timed_after_a_warm_up_and_times_every_methods_encoding(tm
     assert 0 < gen["encode_s"] < gen["time_s"]
 
 
-def _result(steps, generate=(), scaling="linear", summary_tokens=4000.0, read=1000.0):
+def test_unlimiformer_records_that_its_standard_training_reads_a_window(tmp_path):
+    """table1's Unlimiformer trains in the reference's standard mode (truncation's input) and retrieves over
+    the whole document at test time: the record says so, so the cost table scales only its generation."""
+    _, cell = _cell("table1", "govreport", "unlimiformer")
+    out = run(compose([*cell.overrides, "backbone=tiny_bart", "data=synthetic", f"paths.root={tmp_path}",
+                       "trainer.max_steps=1", "generation.max_new_tokens=2", "generation.num_beams=1"]))
+    assert out["method"]["training_mode"] == "standard"
+    assert (out["cost"]["length_scaling"], out["cost"]["train_length_scaling"]) == ("linear", "bounded")
+
+
+def _result(steps, generate=(), scaling="linear", summary_tokens=4000.0, read=1000.0, train_scaling=None):
+    extra = {} if train_scaling is None else {"train_length_scaling": train_scaling}  # older records lack it
     return Results(
         data={"summary": {"train": {"n_examples": 4, "input_tokens_mean": summary_tokens}}},
         splits={"test": {"n_examples": 1, "generation_time_s": 10.0, "input_tokens_per_s": read / 10.0}},
         cost={"device": "cpu", "length_scaling": scaling, "train_steps": steps, "generate": list(generate),
-              "model": {"d_model": 8, "decoder_layers": 2, "decoder_params": 1000}})
+              "model": {"d_model": 8, "decoder_layers": 2, "decoder_params": 1000}, **extra})
 
 
 def _step(t, peak, base, ckpt=False, tokens=1000, flops=None):
@@ -106,6 +118,10 @@ def test_costs_scale_time_and_memory_growth_per_chunk_and_keep_bounded_methods()
     assert capped["scale"] == 2.0
     bounded = costs.measured(_result(steps, gen, scaling="bounded"))
     assert bounded["scale"] == 1.0 and bounded["step_s"] == 2.0 and bounded["gen_s_doc"] == 10.0
+    # training on a window, evaluating on the whole document (Unlimiformer's standard mode)
+    window = costs.measured(_result(steps, gen, train_scaling="bounded"))
+    assert window["step_s"] == 2.0 and window["train_peak_gb"] == pytest.approx(5.0) and window["flops_step"] == 100
+    assert window["gen_s_doc"] == m["gen_s_doc"] and window["train_length_scaling"] == "bounded"
     assert costs.measured(_result([])) is None
     # Only the encoder's share grows: 3 x 20 of 100 FLOPs (4 x 20 of 120 when the chunks are recomputed)
     steps[0]["encoder_forward_flops"] = 20

@@ -277,6 +277,16 @@ def test_generation_with_cache_matches_recomputation(arch, beams):
 
 # ----------------------------------------------------------------------------------------- training
 @pytest.mark.parametrize("mode", ["standard", "random_encoded", "retrieval", "alternating"])
+def test_only_standard_training_stops_growing_with_the_input(mode):
+    """The cost table scales a training step by train_length: the standard mode trains on the local window
+    (truncation's input), the others encode the whole document; evaluation always does."""
+    m = make("bart", training_mode=mode)
+    window = m.local_window.decoder_length(10_000)
+    assert m.decoder_length(10_000) > 10_000 > window
+    assert m.train_length(10_000) == (window if mode == "standard" else m.decoder_length(10_000))
+
+
+@pytest.mark.parametrize("mode", ["standard", "random_encoded", "retrieval", "alternating"])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_training_modes_run_and_gradients_reach_what_was_attended(arch, mode):
     model = tiny(arch).train()
