@@ -164,9 +164,9 @@ def estimate(m: dict[str, Any], plan: dict[str, Any] | None) -> dict[str, Any]:
     docs = plan["val_docs"] + plan["eval_docs"]
     gen = docs * (m["gen_s_doc"] or 0.0)
     out = {"total_s": train + gen, "train_s": train, "gen_s": gen, "arithmetic": (
-        f"{plan['steps']:,} steps x {plan['accumulate']} micro-batches x {m['step_s']:.1f} s"
+        f"{plan['steps']:,} steps x {plan['accumulate']} micro-batches x {_secs(m['step_s'])} s"
         f" + ({plan['val_rounds']} x {plan['val_docs'] // max(plan['val_rounds'], 1)} validation"
-        f" + {plan['eval_docs']:,} evaluation) docs x {m['gen_s_doc'] or 0:.1f} s"
+        f" + {plan['eval_docs']:,} evaluation) docs x {_secs(m['gen_s_doc'] or 0)} s"
         f" = {(train + gen) / 3600:,.0f} h")}
     if m["device"] == "cpu" and m["flops_step"]:
         flops = plan["micro_batches"] * m["flops_step"]
@@ -200,6 +200,11 @@ def _g(x: float | None, fmt: str = "{:.1f}") -> str:
     return "–" if x is None else fmt.format(x)
 
 
+def _secs(x: float | None) -> str:
+    """Seconds to one decimal, or two significant digits below a second (a GPU's 0.047 s step is not 0.0)."""
+    return _g(x, "{:.1f}" if x is None or x >= 1 else "{:.2g}")
+
+
 def _spread(values: list[float | None]) -> str:
     """One number as it is; several as their median and range."""
     got = sorted(v for v in values if v is not None)
@@ -224,8 +229,8 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str)
     for r in rows:
         tokens = f"{r['tokens']:,}" + (f" -> {r['paper_tokens']:,}" if r["scale"] != 1 else "")
         gpu = "–" if not r.get("gpu_train_h") else f"{r['gpu_train_h'][0]:.1f}-{r['gpu_train_h'][1]:.1f}"
-        lines.append(f"| {r['method']} | {r['column']} | {tokens} | {_g(r['step_s'])} | {_g(r['step_ckpt_s'])} "
-                     f"| {_g(r['train_peak_gb'])} | {_g(r['train_peak_ckpt_gb'])} | {_g(r['gen_s_doc'])} "
+        lines.append(f"| {r['method']} | {r['column']} | {tokens} | {_secs(r['step_s'])} | {_secs(r['step_ckpt_s'])} "
+                     f"| {_g(r['train_peak_gb'])} | {_g(r['train_peak_ckpt_gb'])} | {_secs(r['gen_s_doc'])} "
                      f"| {_g(r['gen_peak_gb'])} | {_fits(r['train_peak_gb'])} | {_fits(r['train_peak_ckpt_gb'])} "
                      f"| {_g(None if r['total_s'] is None else r['total_s'] / 3600, '{:,.0f}')} | {gpu} |")
     total = [r["total_s"] for r in distinct(rows) if r["total_s"] is not None]

@@ -152,6 +152,7 @@ def test_estimate_writes_its_arithmetic_and_gpu_hours_from_flops():
     est = costs.estimate(m, plan)
     assert est["total_s"] == 200 * 2.0 + 50 * 5.0
     assert "100 steps x 2 micro-batches x 2.0 s + (2 x 10 validation + 30 evaluation) docs x 5.0 s" in est["arithmetic"]
+    assert "micro-batches x 0.047 s" in costs.estimate({**m, "step_s": 0.047}, plan)["arithmetic"]  # a GPU's step
     low, high = est["gpu_train_h"]
     assert low == pytest.approx(200e12 / (costs.H100_BF16_TFLOPS * 1e12 * 0.5) / 3600)
     assert high == pytest.approx(2 * low)
