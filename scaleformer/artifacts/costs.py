@@ -17,8 +17,9 @@ generates for one document with the paper's beams and ``max_new_tokens``. Per ce
   training, then ``paper_eval_docs``) x seconds per document, the arithmetic written out, the trainer's
   numbers from composing the paper profile's own config;
 - whether the training peak fits a 24/40/80 GB device;
-- on a CPU, GPU-hours of training from the counted FLOPs at 25-50% of an H100's dense bf16 peak (an
-  assumption, and the table says so); on a GPU, what it measured and nothing assumed.
+- on a CPU, GPU-hours of training from the counted FLOPs at 1-5% of an H100's dense bf16 peak (what one
+  H200 reached in table1's dry run at batch 1, and the table says where the range is from); on a GPU,
+  what it measured and nothing assumed.
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ from scaleformer.io import atomic_write_text
 GB = 1e9
 DEVICES_GB = (24, 40, 80)
 H100_BF16_TFLOPS = 989.4  # dense, SXM5 datasheet (scaleformer.bench.probes.PEAK_BF16_TFLOPS)
-MFU = (0.25, 0.50)  # assumed share of that peak a training step reaches: the GPU-hour range
+# The share of that peak a training step reaches: the GPU-hour range. Measured, not assumed: one H200 ran
+# table1's dry-run steps at 1.9-48.8 TFLOP/s per cell (the FLOPs table1.json counted over the seconds
+# table1-gpu.json timed; batch 1, chunk by chunk), 0.2-4.9% of the peak. The 25-50% a large-batch LM
+# reaches put table1's training at 28-56 H100-hours where that H200 measured 877.
+MFU = (0.01, 0.05)
 
 
 def _at(step: dict[str, Any], scale: float) -> float | None:
@@ -256,7 +261,8 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str)
               for (m, n, _), rs in same.items() if len(rs) >= 3]
     if gpu:
         lines += [f"Training on one H100, estimated from the counted FLOPs at {int(MFU[1] * 100)}-{int(MFU[0] * 100)}% "
-                  f"of its {H100_BF16_TFLOPS} TFLOP/s dense bf16 peak (an assumption, not a measurement): "
+                  f"of its {H100_BF16_TFLOPS} TFLOP/s dense bf16 peak (the range one H200 reached in table1's dry run "
+                  "at batch 1, not a measurement of this table): "
                   f"{sum(g[0] for g in gpu):,.0f}-{sum(g[1] for g in gpu):,.0f} GPU-hours. Generation on a GPU: "
                   "not measured."]
     if device == "cpu":
@@ -315,8 +321,8 @@ def summary_markdown(folder: Path, artifacts: Sequence[str], link: str) -> str |
              if (recs := [(p, json.loads(p.read_text(encoding="utf-8"))) for p in cost_table_paths(a, folder) if p.exists()])}
     if not found:
         return None
-    hours = ["| artifact | measured on | cells | dry run took | paper profile (h) | training (h) | generation (h) |",
-             "|---|---|---|---|---|---|---|"]
+    hours = ["| artifact | measured on | cells | dry run took | paper profile (h) | training (h) | generation (h) "
+             "| training on one H100 (h, by FLOPs) |", "|---|---|---|---|---|---|---|---|"]
     memory = []
     for artifact, records in found.items():
         for path, rec in records:
@@ -326,10 +332,12 @@ def summary_markdown(folder: Path, artifacts: Sequence[str], link: str) -> str |
             head = (f"| [{artifact}]({link}/{path.stem}.md) | {rows[0]['device']} ({where[1] if where else '?'}), "
                     f"{rows[0]['precision']} | {len(rows)} | {took[1] if took else '?'} |")
             if all(r.get("total_s") is None for r in rows):  # e.g. the QA table: the paper has no such profile
-                hours.append(f"{head} no paper profile | – | – |")
+                hours.append(f"{head} no paper profile | – | – | – |")
             else:
                 train, gen = (sum(r.get(k) or 0 for r in distinct(rows)) / 3600 for k in ("train_s", "gen_s"))
-                hours.append(f"{head} {rec['total_h']:,.0f} | {train:,.0f} | {gen:,.0f} |")
+                gpu = [r["gpu_train_h"] for r in distinct(rows) if r.get("gpu_train_h")]
+                by_flops = f"{sum(g[0] for g in gpu):,.0f}-{sum(g[1] for g in gpu):,.0f}" if gpu else "–"
+                hours.append(f"{head} {rec['total_h']:,.0f} | {train:,.0f} | {gen:,.0f} | {by_flops} |")
         rows = records[0][1]["rows"]  # memory: the best device's
         longest = max(r["paper_tokens"] for r in rows)
         at = distinct([r for r in rows if r["paper_tokens"] == longest])
@@ -346,7 +354,9 @@ def summary_markdown(folder: Path, artifacts: Sequence[str], link: str) -> str |
     missing = [a for a in artifacts if a not in found]
     return (f"From `{link}/` (`make <artifact> PROFILE=dryrun`; the arithmetic of every cell is in its "
             "table): how long the dry run took (summed over its cells) and the paper profile's time on the device that "
-            "measured it, one device, nothing in parallel.\n\n"
+            "measured it, one device, nothing in parallel. A CPU's run also gives its training's H100-hours from the "
+            f"FLOPs it counted, at {int(MFU[1] * 100)}-{int(MFU[0] * 100)}% of the H100's dense bf16 peak (the range "
+            "one H200 reached in table1's dry run at batch 1; generation is not in it).\n\n"
             + "\n".join(hours) + "\n\nPeak GB to train at the longest documents, without / with "
             "`method.checkpoint_chunks`: " + " ".join(memory)
             + (f" Not measured yet: {', '.join(missing)}." if missing else ""))
