@@ -201,6 +201,12 @@ def distinct(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(first.values())
 
 
+def h100_hours(rows: list[dict[str, Any]]) -> str | None:
+    """The table's training on one H100 by counted FLOPs, "low-high" hours over its runs (None on a GPU)."""
+    gpu = [r["gpu_train_h"] for r in distinct(rows) if r.get("gpu_train_h")]
+    return f"{sum(g[0] for g in gpu):,.0f}-{sum(g[1] for g in gpu):,.0f}" if gpu else None
+
+
 def _g(x: float | None, fmt: str = "{:.1f}") -> str:
     return "–" if x is None else fmt.format(x)
 
@@ -239,7 +245,7 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str)
                      f"| {_g(r['gen_peak_gb'])} | {_fits(r['train_peak_gb'])} | {_fits(r['train_peak_ckpt_gb'])} "
                      f"| {_g(None if r['total_s'] is None else r['total_s'] / 3600, '{:,.0f}')} | {gpu} |")
     total = [r["total_s"] for r in distinct(rows) if r["total_s"] is not None]
-    gpu = [r["gpu_train_h"] for r in distinct(rows) if r.get("gpu_train_h")]
+    gpu = h100_hours(rows)
     lines += ["", "Arithmetic per cell (the paper profile's trainer, composed from its config):", ""]
     lines += [f"- {r['method']} on {r['column']}: {r['arithmetic']}" for r in rows]
     shared = {}
@@ -262,8 +268,7 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str)
     if gpu:
         lines += [f"Training on one H100, estimated from the counted FLOPs at {int(MFU[1] * 100)}-{int(MFU[0] * 100)}% "
                   f"of its {H100_BF16_TFLOPS} TFLOP/s dense bf16 peak (the range one H200 reached in table1's dry run "
-                  "at batch 1, not a measurement of this table): "
-                  f"{sum(g[0] for g in gpu):,.0f}-{sum(g[1] for g in gpu):,.0f} GPU-hours. Generation on a GPU: "
+                  f"at batch 1, not a measurement of this table): {gpu} GPU-hours. Generation on a GPU: "
                   "not measured."]
     if device == "cpu":
         lines += ["", "GPU rows: not measured (no GPU was lent to this run). Memory is the CPU process's fp32 peak, "
@@ -303,8 +308,8 @@ def paper_estimate(artifact: str, folder: Path) -> tuple[float | None, str]:
         rows = record.get("rows") or []
         hours = float(record.get("total_h") or 0)
         device = rows[0].get("device", "?") if rows else "?"
-        gpu = [r["gpu_train_h"] for r in distinct(rows) if r.get("gpu_train_h")]
-        extra = (f"; training on one H100 ~{sum(g[0] for g in gpu):,.0f}-{sum(g[1] for g in gpu):,.0f} GPU-h by FLOPs "
+        gpu = h100_hours(rows)
+        extra = (f"; training on one H100 ~{gpu} GPU-h by FLOPs "
                  f"at {int(MFU[1] * 100)}-{int(MFU[0] * 100)}% of peak (generation not measured)") if gpu else ""
         return hours, (f"estimate for {artifact} (paper profile), from the dry run on {device} ({path}): "
                        f"{hours:,.0f} h as measured there{extra}")
@@ -335,9 +340,7 @@ def summary_markdown(folder: Path, artifacts: Sequence[str], link: str) -> str |
                 hours.append(f"{head} no paper profile | – | – | – |")
             else:
                 train, gen = (sum(r.get(k) or 0 for r in distinct(rows)) / 3600 for k in ("train_s", "gen_s"))
-                gpu = [r["gpu_train_h"] for r in distinct(rows) if r.get("gpu_train_h")]
-                by_flops = f"{sum(g[0] for g in gpu):,.0f}-{sum(g[1] for g in gpu):,.0f}" if gpu else "–"
-                hours.append(f"{head} {rec['total_h']:,.0f} | {train:,.0f} | {gen:,.0f} | {by_flops} |")
+                hours.append(f"{head} {rec['total_h']:,.0f} | {train:,.0f} | {gen:,.0f} | {h100_hours(rows) or '–'} |")
         rows = records[0][1]["rows"]  # memory: the best device's
         longest = max(r["paper_tokens"] for r in rows)
         at = distinct([r for r in rows if r["paper_tokens"] == longest])
