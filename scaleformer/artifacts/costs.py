@@ -192,13 +192,18 @@ def cost_rows(spec: dict[str, Any], profile: str, cells: list[Cell], got: Any) -
     return rows
 
 
-def distinct(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per run: cells that are one configuration (a sweep's default point on each of its axes) are one
-    training in the paper profile as in the dry run, so totals count them once."""
-    first: dict[Any, dict[str, Any]] = {}
+def by_run(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The rows of each run, in order: cells that are one configuration (a sweep's default point on each of
+    its axes) are one training in the paper profile as in the dry run."""
+    runs: dict[Any, list[dict[str, Any]]] = {}
     for r in rows:
-        first.setdefault(r.get("run_id") or id(r), r)
-    return list(first.values())
+        runs.setdefault(r.get("run_id") or id(r), []).append(r)
+    return list(runs.values())
+
+
+def distinct(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per run, so totals count a run once."""
+    return [cells[0] for cells in by_run(rows)]
 
 
 def h100_hours(rows: list[dict[str, Any]]) -> str | None:
@@ -248,11 +253,10 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str)
     gpu = h100_hours(rows)
     lines += ["", "Arithmetic per cell (the paper profile's trainer, composed from its config):", ""]
     lines += [f"- {r['method']} on {r['column']}: {r['arithmetic']}" for r in rows]
-    shared = {}
-    for r in rows:
-        shared.setdefault(r.get("run_id") or id(r), []).append(f"{r['method']} on {r['column']}")
-    lines += [f"- {', '.join(cells)}: one run (the same configuration), counted once below"
-              for cells in shared.values() if len(cells) > 1]
+    for cells in by_run(rows):
+        if len(cells) > 1:
+            named = ", ".join(f"{r['method']} on {r['column']}" for r in cells)
+            lines.append(f"- {named}: one run (the same configuration), counted once below")
     if total:
         lines += ["", f"Whole table on this {device}: {sum(total) / 3600:,.0f} h."]
     same: dict[tuple[Any, ...], list[dict[str, Any]]] = {}

@@ -153,4 +153,4 @@ class Unlimiformer(DatastoreMethod):
         whole document into the datastore."""
         if self.cfg.training_mode == "standard":
             return self.local_window.decoder_length(n_tokens)
-        return self.decoder_length(n_tokens)
+        return super().train_length(n_tokens)
