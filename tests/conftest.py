@@ -10,6 +10,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
+# The papers' text is optional: it sits beside this project's own checkouts, never in a user's clone.
+# Every figure a test needs is in experiments/*.yaml; the text only cross-checks those figures, through
+# `optional_paper` (the one place a test may look outside the repository; tests/test_repository_paths.py).
+PAPERS_ENV = "SCALEFORMER_PAPERS"             # a folder holding the papers' text, if not the default
+PAPERS_REQUIRED_ENV = "SCALEFORMER_PAPERS_REQUIRED"  # "1": a missing paper fails instead of skipping (CI)
+_optional_papers_default = ROOT.parent / "shared" / "papers"
+
 # Tests never reach the hub; make the libraries fail fast instead of retrying a dead network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -32,6 +39,32 @@ def compose(overrides: list[str] | None = None):
 @pytest.fixture
 def compose_cfg():
     return compose
+
+
+def _optional_paper(name: str) -> Path:
+    folder = Path(os.environ.get(PAPERS_ENV) or _optional_papers_default)
+    path = folder / name
+    if path.is_file():
+        return path
+    why = f"optional paper text {name!r} not found in {folder} (set {PAPERS_ENV} to the folder that holds it)"
+    if os.environ.get(PAPERS_REQUIRED_ENV) == "1":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+@pytest.fixture
+def optional_paper():
+    """`optional_paper("scaleformer.md")`: the path of a paper's text, or a skip saying where it was sought.
+
+    A test that uses it is marked `paper`: CI runs the fast tier in a clone with nothing beside it, then
+    `pytest -m paper` against the shared folder with PAPERS_REQUIRED_ENV set, so the cross-check cannot skip there."""
+    return _optional_paper
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if "optional_paper" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.paper)
 
 
 def pytest_report_header(config) -> str:
