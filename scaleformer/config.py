@@ -228,9 +228,14 @@ class TrainerConfig:
     enable_progress_bar: bool = runtime(True)
     do_train: bool = runtime(True)
     eval_splits: list[str] = runtime(factory=lambda: ["validation", "test"])
-    # Time, memory and FLOPs of every training step and generation pass into metrics.json's ``cost``
-    # (scaleformer.runs.cost); off by default, as it synchronises the GPU around each step.
+    # Steady-state time, phases, syncs, FLOPs and memory of training, and generation's time, into
+    # metrics.json's ``cost`` (scaleformer.runs.cost): per setting and input length (fractions of the batch's),
+    # cost_warmup untimed then cost_repeats timed micro-batches; training ends with the schedule. For dry runs:
+    # it cuts inputs and toggles method.checkpoint_chunks.
     measure_cost: bool = runtime(False)
+    cost_warmup: int = runtime(3)
+    cost_repeats: int = runtime(10)
+    cost_lengths: list[float] = runtime(factory=lambda: [1.0, 0.5])
     # Export the trained model to <run>/model (a Hugging Face folder); the dry run's random weights are not.
     export_model: bool = runtime(True)
     # "last": continue from this run's newest checkpoint when it has one (else start fresh);
@@ -252,6 +257,15 @@ class TrainerConfig:
         _positive("trainer.accumulate_grad_batches", self.accumulate_grad_batches)
         _positive("trainer.log_every_n_steps", self.log_every_n_steps)
         _positive("trainer.checkpoint_every_n_steps", self.checkpoint_every_n_steps)
+        _positive("trainer.cost_warmup", self.cost_warmup)
+        _positive("trainer.cost_repeats", self.cost_repeats)
+        check(bool(self.cost_lengths) and all(0 < x <= 1 for x in self.cost_lengths), "trainer.cost_lengths",
+              self.cost_lengths, "must be fractions in (0, 1] of the batch's length, at least one")
+        schedule = 2 * len(self.cost_lengths) * (self.cost_warmup + self.cost_repeats)  # chunked: 2 settings
+        check(not self.measure_cost or self.max_steps == -1 or self.max_steps * self.accumulate_grad_batches >= schedule,
+              "trainer.max_steps", self.max_steps, f"must cover trainer.measure_cost's schedule: {schedule} micro-batches "
+              f"(2 settings x {len(self.cost_lengths)} lengths x ({self.cost_warmup} warm-up + {self.cost_repeats} "
+              "timed)); it ends training when done")
         check(self.precision in PRECISIONS, "trainer.precision", self.precision, f"must be one of {', '.join(PRECISIONS)}")
         for s in self.eval_splits:
             check(s in ("validation", "test"), "trainer.eval_splits", s, "entries must be validation or test")

@@ -301,7 +301,7 @@ def render_qa_by_window() -> str:
 
 def render_dryrun_costs() -> str:
     """Hours of each artifact's paper profile and the memory of training at its longest documents."""
-    from scaleformer.artifacts.costs import summary_markdown
+    from scaleformer.artifacts.cost_report import summary_markdown
 
     text = summary_markdown(RESULTS / "dryrun", ("table1", "table2", "figure2", "table_qa"), link="results/dryrun")
     if text is None:

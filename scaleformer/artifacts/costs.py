@@ -25,16 +25,13 @@ generates for one document with the paper's beams and ``max_new_tokens``. Per ce
 from __future__ import annotations
 
 import json
-import re
 import statistics
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scaleformer.artifacts.grid import Cell, check_profile, column_label, expand_grid, resolve_run_ids
-from scaleformer.artifacts.tables import collect, provenance
+from scaleformer.artifacts import cost_fit
+from scaleformer.artifacts.grid import Cell, check_profile, column_label, expand_grid
 from scaleformer.compose import compose_config
-from scaleformer.io import atomic_write_text
 
 GB = 1e9
 DEVICES_GB = (24, 40, 80)
@@ -89,25 +86,27 @@ def step_factor(step: dict[str, Any], paper: float, warmup: dict[str, Any], line
 
 def measured(result: Any, paper_cap: int | None = None) -> dict[str, Any] | None:
     """One cell's costs from its ``metrics.json``, at the measured length and at the paper's (its documents'
-    own length, capped at the paper profile's ``data.max_input_tokens``); None when nothing was measured."""
+    own length, capped at the paper profile's ``data.max_input_tokens``); None when nothing was measured.
+
+    A steady-state record (groups of warm-up and timed micro-batches at two lengths or more) is read through
+    :mod:`scaleformer.artifacts.cost_fit`; a single-step record of the earlier probe by scaling its one timed
+    step (:func:`step_factor`)."""
     cost = result.cost or {}
     steps = cost.get("train_steps") or []
     if not steps:
         return None
-    timed = steps[1:] or steps  # the warm-up is timed only when nothing else was
-    plain = [s for s in timed if not s["checkpoint_chunks"]]
-    ckpt = [s for s in timed if s["checkpoint_chunks"]]
-    tokens = statistics.mean(s["input_tokens"] for s in timed)
     linear = cost.get("length_scaling", "linear") == "linear"  # evaluation's encoder side
     train_linear = cost.get("train_length_scaling", cost.get("length_scaling", "linear")) == "linear"
+    steady = cost_fit.fits(cost)
+    if steady:
+        tokens = max(g["tokens"] for f in steady.values() for g in f["groups"])
+    else:
+        timed = steps[1:] or steps  # the warm-up is timed only when nothing else was
+        tokens = statistics.mean(s["input_tokens"] for s in timed)
     full = document_tokens(result) or tokens
     paper = min(full, paper_cap) if paper_cap else full
     scale = paper / tokens if linear else 1.0
-    # Time and memory growth of each step, scaled by the same factor (see step_factor).
-    total, enc = steps[0].get("flops"), steps[0].get("encoder_forward_flops")
-    share = min(1.0, 3 * enc / total) if total and enc is not None else 1.0
-    f = {id(s): step_factor(s, paper, steps[0], train_linear) for s in timed}
-    flops_paper = None if total is None else total * step_factor(steps[0], paper, steps[0], train_linear)
+    training = cost_fit.summary(cost, paper, train_linear) if steady else _single_step(steps, paper, train_linear)
     gen = cost.get("generate") or []
     docs = sum(int(m.get("n_examples") or 0) for m in result.splits.values())
     # the tokens evaluation read (after the dry run's truncation), per document
@@ -124,13 +123,26 @@ def measured(result: Any, paper_cap: int | None = None) -> dict[str, Any] | None
         "device": cost.get("device", "cpu"), "precision": cost.get("precision"), "memory": cost.get("memory"),
         "tokens": round(tokens), "paper_tokens": round(paper), "scale": round(scale, 3),
         "length_scaling": "linear" if linear else "bounded",
-        "train_length_scaling": "linear" if train_linear else "bounded", "encoder_share": round(share, 3),
+        "train_length_scaling": "linear" if train_linear else "bounded", **training,
+        "gen_s_doc": gen_s, "gen_peak_gb": max(peaks) / GB if peaks else None,
+    }
+
+
+def _single_step(steps: list[dict[str, Any]], paper: float, train_linear: bool) -> dict[str, Any]:
+    """The training fields of a single-step record (warm-up, then one step per setting): each timed step
+    scaled from its own length by the FLOPs that grow with the input (:func:`step_factor`)."""
+    timed = steps[1:] or steps
+    plain = [s for s in timed if not s["checkpoint_chunks"]]
+    ckpt = [s for s in timed if s["checkpoint_chunks"]]
+    total, enc = steps[0].get("flops"), steps[0].get("encoder_forward_flops")
+    f = {id(s): step_factor(s, paper, steps[0], train_linear) for s in timed}
+    return {
+        "probe": "single-step", "encoder_share": min(1.0, 3 * enc / total) if total and enc is not None else 1.0,
         "step_s": None if not plain else statistics.median(s["time_s"] * f[id(s)] for s in plain),
         "step_ckpt_s": None if not ckpt else statistics.median(s["time_s"] * f[id(s)] for s in ckpt),
         "train_peak_gb": None if not plain else max(_at(s, f[id(s)]) or 0 for s in plain) / GB,
         "train_peak_ckpt_gb": None if not ckpt else max(_at(s, f[id(s)]) or 0 for s in ckpt) / GB,
-        "flops_step": flops_paper,
-        "gen_s_doc": gen_s, "gen_peak_gb": max(peaks) / GB if peaks else None,
+        "flops_step": None if total is None else total * step_factor(steps[0], paper, steps[0], train_linear),
     }
 
 
@@ -161,25 +173,57 @@ def paper_plan(spec: dict[str, Any], cell: Cell, paper: dict[tuple[Any, ...], Ce
             "max_input_tokens": cfg.data.get("max_input_tokens")}
 
 
-def estimate(m: dict[str, Any], plan: dict[str, Any] | None) -> dict[str, Any]:
-    """The full profile's seconds for a cell, its arithmetic, and (from CPU FLOPs) GPU-hours of training."""
+def gpu_basis(artifact: str, folder: Path) -> dict[str, Any] | None:
+    """What a CPU table's GPU-hours are read from: the MFU a GPU's steady-state dry run measured per method
+    at the paper's length (the artifact's own ``-gpu`` table, else table1's), or None: then the MFU range
+    above, which the earlier single-step probe gave."""
+    for path in (folder / f"{artifact}-gpu.json", folder / "table1-gpu.json"):
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        steady = [r for r in rows if r.get("probe") == "steady-state" and r.get("mfu") and r.get("peak_tflops")]
+        if steady:
+            by: dict[str, list[float]] = {}
+            for r in steady:
+                by.setdefault(r["method"], []).append(r["mfu"])
+            return {"source": path.name, "device": steady[0]["device"], "precision": steady[0].get("precision"),
+                    "peak_tflops": statistics.median(r["peak_tflops"] for r in steady),
+                    "mfu": {m: statistics.median(v) for m, v in by.items()}}
+    return None
+
+
+def estimate(m: dict[str, Any], plan: dict[str, Any] | None, method: str = "",
+             basis: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The full profile's seconds for a cell, its arithmetic, and (from CPU FLOPs) GPU-hours of training:
+    at the MFU a GPU measured for the method (``basis``: :func:`gpu_basis`) where there is one, else over
+    the MFU range, the source stated either way."""
     if plan is None or m["step_s"] is None:
         return {"total_s": None, "arithmetic": "no paper profile" if plan is None else "no timed step"}
     train = plan["micro_batches"] * m["step_s"]
     docs = plan["val_docs"] + plan["eval_docs"]
     gen = docs * (m["gen_s_doc"] or 0.0)
     out = {"total_s": train + gen, "train_s": train, "gen_s": gen, "arithmetic": (
-        f"{plan['steps']:,} steps x {plan['accumulate']} micro-batches x {_secs(m['step_s'])} s"
+        f"{plan['steps']:,} steps x {plan['accumulate']} micro-batches x {secs(m['step_s'])} s"
         f" + ({plan['val_rounds']} x {plan['val_docs'] // max(plan['val_rounds'], 1)} validation"
-        f" + {plan['eval_docs']:,} evaluation) docs x {_secs(m['gen_s_doc'] or 0)} s"
+        f" + {plan['eval_docs']:,} evaluation) docs x {secs(m['gen_s_doc'] or 0)} s"
         f" = {(train + gen) / 3600:,.0f} h")}
     if m["device"] == "cpu" and m["flops_step"]:
         flops = plan["micro_batches"] * m["flops_step"]
-        out["gpu_train_h"] = [flops / (H100_BF16_TFLOPS * 1e12 * u) / 3600 for u in reversed(MFU)]
+        mfu = (basis or {}).get("mfu", {}).get(method)
+        if mfu:
+            hours = flops / (mfu * basis["peak_tflops"] * 1e12) / 3600
+            out["gpu_train_h"] = [hours, hours]
+            out["gpu_basis"] = (f"{method}'s MFU {100 * mfu:.1f}% measured in steady state on {basis['device']} "
+                                f"({basis['source']}), at its measured {basis['peak_tflops']:,.0f} TFLOP/s")
+        else:
+            out["gpu_train_h"] = [flops / (H100_BF16_TFLOPS * 1e12 * u) / 3600 for u in reversed(MFU)]
+            out["gpu_basis"] = RANGE_BASIS
     return out
 
 
-def cost_rows(spec: dict[str, Any], profile: str, cells: list[Cell], got: Any) -> list[dict[str, Any]]:
+def cost_rows(spec: dict[str, Any], profile: str, cells: list[Cell], got: Any,
+              basis: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     rows, paper = [], paper_cells(spec)
     for c in cells:
         r = got.results.get((c.key, c.method, c.value, c.seed))
@@ -188,7 +232,8 @@ def cost_rows(spec: dict[str, Any], profile: str, cells: list[Cell], got: Any) -
         plan = paper_plan(spec, c, paper)
         m = measured(r, plan and plan["max_input_tokens"])
         where = f"{spec['sweeps'][c.key]['key']}={c.value}" if "sweeps" in spec else column_label(spec, profile, c.key)
-        rows.append({"method": c.method, "column": where, "run_id": c.run_id, **m, "plan": plan, **estimate(m, plan)})
+        rows.append({"method": c.method, "column": where, "run_id": c.run_id, **m, "plan": plan,
+                     **estimate(m, plan, c.method, basis)})
     return rows
 
 
@@ -206,95 +251,29 @@ def distinct(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [cells[0] for cells in by_run(rows)]
 
 
-def h100_hours(rows: list[dict[str, Any]]) -> str | None:
-    """The table's training on one H100 by counted FLOPs, "low-high" hours over its runs (None on a GPU)."""
-    gpu = [r["gpu_train_h"] for r in distinct(rows) if r.get("gpu_train_h")]
-    return f"{sum(g[0] for g in gpu):,.0f}-{sum(g[1] for g in gpu):,.0f}" if gpu else None
+# What a CPU table's GPU-hours rest on when its rows do not say (tables of the single-step probe).
+RANGE_BASIS = (f"{int(MFU[0] * 100)}-{int(MFU[1] * 100)}% of an H100's {H100_BF16_TFLOPS} TFLOP/s dense bf16 peak "
+               "(the range one H200 reached in table1's single-step dry run at batch 1)")
 
 
-def _g(x: float | None, fmt: str = "{:.1f}") -> str:
+def gpu_hours(rows: list[dict[str, Any]]) -> tuple[str | None, str]:
+    """The table's training on one GPU by counted FLOPs over its runs ("low-high" hours, one number when the
+    basis is one measured MFU; None on a GPU's table) and what those hours rest on."""
+    gpu = [r for r in distinct(rows) if r.get("gpu_train_h")]
+    if not gpu:
+        return None, ""
+    lo, hi = (sum(r["gpu_train_h"][i] for r in gpu) for i in (0, 1))
+    hours = f"{lo:,.0f}" if round(lo) == round(hi) else f"{lo:,.0f}-{hi:,.0f}"
+    return hours, "; ".join(sorted({r.get("gpu_basis") or RANGE_BASIS for r in gpu}))
+
+
+def fmt(x: float | None, fmt: str = "{:.1f}") -> str:
     return "–" if x is None else fmt.format(x)
 
 
-def _secs(x: float | None) -> str:
+def secs(x: float | None) -> str:
     """Seconds to one decimal, or two significant digits below a second (a GPU's 0.047 s step is not 0.0)."""
-    return _g(x, "{:.1f}" if x is None or x >= 1 else "{:.2g}")
-
-
-def _spread(values: list[float | None]) -> str:
-    """One number as it is; several as their median and range."""
-    got = sorted(v for v in values if v is not None)
-    if len(got) < 2:
-        return _g(got[0] if got else None)
-    return f"median {statistics.median(got):.1f} ({got[0]:.1f}-{got[-1]:.1f})"
-
-
-def _fits(gb: float | None) -> str:
-    return "–" if gb is None else "/".join("yes" if gb <= d else "no" for d in DEVICES_GB)
-
-
-def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str) -> str:
-    device = rows[0]["device"] if rows else "cpu"
-    lines = [f"# {spec['artifact']}: cost of the paper profile, from the dry run ({device})", "",
-             f"Measured per cell: {rows[0]['memory'] if rows else ''}, precision {rows[0]['precision'] if rows else ''}. "
-             "Where the dry run read shorter documents than the paper (tokens a -> b), time and memory growth "
-             "are scaled linearly to the paper's length (module docstring of scaleformer.artifacts.costs).", "",
-             "| Method | Column | Tokens | s/step | s/step ckpt | Train peak GB | ckpt GB | Gen s/doc | Gen peak GB "
-             f"| Fits {'/'.join(map(str, DEVICES_GB))} GB | ckpt fits | Paper profile h | GPU h (train, H100) |",
-             "|" + "---|" * 13]
-    for r in rows:
-        tokens = f"{r['tokens']:,}" + (f" -> {r['paper_tokens']:,}" if r["scale"] != 1 else "")
-        gpu = "–" if not r.get("gpu_train_h") else f"{r['gpu_train_h'][0]:.1f}-{r['gpu_train_h'][1]:.1f}"
-        lines.append(f"| {r['method']} | {r['column']} | {tokens} | {_secs(r['step_s'])} | {_secs(r['step_ckpt_s'])} "
-                     f"| {_g(r['train_peak_gb'])} | {_g(r['train_peak_ckpt_gb'])} | {_secs(r['gen_s_doc'])} "
-                     f"| {_g(r['gen_peak_gb'])} | {_fits(r['train_peak_gb'])} | {_fits(r['train_peak_ckpt_gb'])} "
-                     f"| {_g(None if r['total_s'] is None else r['total_s'] / 3600, '{:,.0f}')} | {gpu} |")
-    total = [r["total_s"] for r in distinct(rows) if r["total_s"] is not None]
-    gpu = h100_hours(rows)
-    lines += ["", "Arithmetic per cell (the paper profile's trainer, composed from its config):", ""]
-    lines += [f"- {r['method']} on {r['column']}: {r['arithmetic']}" for r in rows]
-    for cells in by_run(rows):
-        if len(cells) > 1:
-            named = ", ".join(f"{r['method']} on {r['column']}" for r in cells)
-            lines.append(f"- {named}: one run (the same configuration), counted once below")
-    if total:
-        lines += ["", f"Whole table on this {device}: {sum(total) / 3600:,.0f} h."]
-    same: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in distinct(rows):
-        if r.get("flops_step"):
-            same.setdefault((r["method"], r["tokens"], round(r["flops_step"])), []).append(r)
-    # sweep points that count the same FLOPs on the same document do the same work: their spread is noise
-    lines += [f"Repeatability: {len(rs)} runs of {m} that count the same FLOPs on the same documents ({n:,} tokens "
-              f"on average) took {_spread([r['step_s'] for r in rs])} s/step, this machine's run-to-run spread: read "
-              f"single cells' differences against it (generation: {_spread([r['gen_s_doc'] for r in rs])} s/doc, "
-              "where different weights may decode to different lengths)."
-              for (m, n, _), rs in same.items() if len(rs) >= 3]
-    if gpu:
-        lines += [f"Training on one H100, estimated from the counted FLOPs at {int(MFU[1] * 100)}-{int(MFU[0] * 100)}% "
-                  f"of its {H100_BF16_TFLOPS} TFLOP/s dense bf16 peak (the range one H200 reached in table1's dry run "
-                  f"at batch 1, not a measurement of this table): {gpu} GPU-hours. Generation on a GPU: "
-                  "not measured."]
-    if device == "cpu":
-        lines += ["", "GPU rows: not measured (no GPU was lent to this run). Memory is the CPU process's fp32 peak, "
-                  "Python and libraries included; bf16 autocast on a GPU stores smaller activations."]
-    return "\n".join([*lines, "", prov, ""])
-
-
-def build_costs(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
-                methods: str | list[str] | None = None) -> dict[str, Path]:
-    """Write ``<artifact>.md/.json`` (``-gpu`` when measured on a GPU) from the dry run's results files."""
-    cells = [c for c in expand_grid(spec, profile, methods) if c.available]
-    resolve_run_ids(cells, root)
-    got = collect(cells, lambda key: column_label(spec, profile, key))
-    rows = cost_rows(spec, profile, cells, got)
-    suffix = "-gpu" if rows and rows[0]["device"] != "cpu" else ""
-    name = f"{spec['artifact']}{suffix}"
-    prov = provenance(got)
-    record = {"artifact": spec["artifact"], "profile": profile, "assumptions": {
-        "h100_bf16_tflops": H100_BF16_TFLOPS, "mfu_range": list(MFU), "devices_gb": list(DEVICES_GB)},
-        "rows": rows, "total_h": sum(r["total_s"] or 0 for r in distinct(rows)) / 3600, "provenance": prov}
-    return {"md": atomic_write_text(out_dir / f"{name}.md", render_markdown(spec, rows, prov)),
-            "json": atomic_write_text(out_dir / f"{name}.json", json.dumps(record, indent=1) + "\n")}
+    return fmt(x, "{:.1f}" if x is None or x >= 1 else "{:.2g}")
 
 
 def cost_table_paths(artifact: str, folder: Path) -> list[Path]:
@@ -312,58 +291,9 @@ def paper_estimate(artifact: str, folder: Path) -> tuple[float | None, str]:
         rows = record.get("rows") or []
         hours = float(record.get("total_h") or 0)
         device = rows[0].get("device", "?") if rows else "?"
-        gpu = h100_hours(rows)
-        extra = (f"; training on one H100 ~{gpu} GPU-h by FLOPs "
-                 f"at {int(MFU[1] * 100)}-{int(MFU[0] * 100)}% of peak (generation not measured)") if gpu else ""
+        gpu, basis = gpu_hours(rows)
+        extra = f"; training on one GPU ~{gpu} h by FLOPs at {basis} (generation not measured)" if gpu else ""
         return hours, (f"estimate for {artifact} (paper profile), from the dry run on {device} ({path}): "
                        f"{hours:,.0f} h as measured there{extra}")
     return None, (f"no cost table for {artifact} yet at {folder}/{artifact}.json (`make {artifact} PROFILE=dryrun` "
                   "measures one): no estimate")
-
-
-def summary_markdown(folder: Path, artifacts: Sequence[str], link: str) -> str | None:
-    """The README's cost block from the committed cost tables in ``folder`` (None when there are none):
-    every dry run (GPU and CPU) with how long it took and the paper profile's hours, then the training
-    memory at each artifact's longest documents from its best device. ``link``: ``folder`` as the page
-    that shows the block sees it."""
-    found = {a: recs for a in artifacts
-             if (recs := [(p, json.loads(p.read_text(encoding="utf-8"))) for p in cost_table_paths(a, folder) if p.exists()])}
-    if not found:
-        return None
-    hours = ["| artifact | measured on | cells | dry run took | paper profile (h) | training (h) | generation (h) "
-             "| training on one H100 (h, by FLOPs) |", "|---|---|---|---|---|---|---|---|"]
-    memory = []
-    for artifact, records in found.items():
-        for path, rec in records:
-            rows = rec["rows"]
-            prov = rec.get("provenance", "")
-            where, took = re.search(r"machine ([^;]+);", prov), re.search(r"wall time ([^;]+?) summed", prov)
-            head = (f"| [{artifact}]({link}/{path.stem}.md) | {rows[0]['device']} ({where[1] if where else '?'}), "
-                    f"{rows[0]['precision']} | {len(rows)} | {took[1] if took else '?'} |")
-            if all(r.get("total_s") is None for r in rows):  # e.g. the QA table: the paper has no such profile
-                hours.append(f"{head} no paper profile | – | – | – |")
-            else:
-                train, gen = (sum(r.get(k) or 0 for r in distinct(rows)) / 3600 for k in ("train_s", "gen_s"))
-                hours.append(f"{head} {rec['total_h']:,.0f} | {train:,.0f} | {gen:,.0f} | {h100_hours(rows) or '–'} |")
-        rows = records[0][1]["rows"]  # memory: the best device's
-        longest = max(r["paper_tokens"] for r in rows)
-        at = distinct([r for r in rows if r["paper_tokens"] == longest])
-        by_method: dict[str, list[dict[str, Any]]] = {}
-        for r in at:
-            by_method.setdefault(r["method"], []).append(r)
-        # a sweep: every point is the same method at the same length, so its spread, not 21 near-equal numbers
-        where = at[0]["column"] if len(at) == len(by_method) else f"all {len(at)} runs"
-        memory.append(f"{artifact} ({rows[0]['memory']}), {where} ({longest:,} tokens, scaled from the "
-                      f"{at[0]['tokens']:,} read): "
-                      + ", ".join(f"{m} {_spread([r['train_peak_gb'] for r in rs])} / "
-                                  f"{_spread([r['train_peak_ckpt_gb'] for r in rs])}" for m, rs in by_method.items())
-                      + ".")
-    missing = [a for a in artifacts if a not in found]
-    return (f"From `{link}/` (`make <artifact> PROFILE=dryrun`; the arithmetic of every cell is in its "
-            "table): how long the dry run took (summed over its cells) and the paper profile's time on the device that "
-            "measured it, one device, nothing in parallel. A CPU's run also gives its training's H100-hours from the "
-            f"FLOPs it counted, at {int(MFU[1] * 100)}-{int(MFU[0] * 100)}% of the H100's dense bf16 peak (the range "
-            "one H200 reached in table1's dry run at batch 1; generation is not in it).\n\n"
-            + "\n".join(hours) + "\n\nPeak GB to train at the longest documents, without / with "
-            "`method.checkpoint_chunks`: " + " ".join(memory)
-            + (f" Not measured yet: {', '.join(missing)}." if missing else ""))

@@ -119,3 +119,35 @@ class MemoryProbe:
         """The phase's peak and its growth over ``base`` (what :meth:`start` returned)."""
         peak = self.peak()
         return {"mem_peak_bytes": peak, "mem_growth_bytes": None if peak is None or base is None else peak - base}
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, *, n: int | None = None, repeats: int = 10) -> dict[str, Any]:
+    """The dense matmul rate this device reaches now, in this process: the MFU denominator.
+
+    One ``n x n`` product (8,192 on CUDA, 1,024 on a CPU: large enough to fill the device, small enough to
+    cost well under a second), two untimed runs, then ``repeats`` timed ones (CUDA events on a GPU, no host
+    sync between them); the median. Measured, not a datasheet's number: a CPU has none, and a GPU's clocks,
+    power cap and library decide what a step can reach."""
+    n = n or (8192 if device.type == "cuda" else 1024)
+    gen = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, generator=gen).to(dtype)  # random operands: zeros run faster
+    b = torch.randn(n, n, device=device, generator=gen).to(dtype)
+    for _ in range(2):
+        torch.mm(a, b)
+    times = []
+    if device.type == "cuda":
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+        for start, end in events:
+            start.record()
+            torch.mm(a, b)
+            end.record()
+        torch.cuda.synchronize(device)
+        times = [start.elapsed_time(end) / 1e3 for start, end in events]
+    else:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            times.append(time.perf_counter() - t0)
+    seconds = statistics.median(times)
+    return {"tflops": 2 * n**3 / seconds / 1e12, "n": n, "dtype": str(dtype).removeprefix("torch."),
+            "repeats": repeats, "device": str(device)}

@@ -18,7 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from scaleformer.artifacts.costs import build_costs, paper_estimate
+from scaleformer.artifacts.cost_report import build_costs
+from scaleformer.artifacts.costs import paper_estimate
 from scaleformer.artifacts.grid import load_spec, select_methods
 from scaleformer.artifacts.gridrun import launch, run_grid
 from scaleformer.artifacts.tables import build_figure, build_table

@@ -20,6 +20,7 @@ from scaleformer.config import Config, _key_hint, trainer_config
 from scaleformer.errors import ConfigError, check
 from scaleformer.methods import method_config
 from scaleformer.runs import identity
+from scaleformer.runs.cost_schedule import schedule_steps
 from scaleformer.runs.run_config import RunConfig
 
 
@@ -173,6 +174,8 @@ class RunContext:
     def expected_eval_dir(self) -> Path | None:
         """Where the results will be, when the step is known before running (for skip_existing)."""
         t = self.cfg.trainer
+        if t.do_train and t.measure_cost:  # the cost probe ends training with its schedule
+            return self.eval_dir(schedule_steps(t, self.cfg.method))
         return self.eval_dir(t.max_steps) if t.do_train and t.max_steps > 0 else None
 
     @property

@@ -1,97 +1,237 @@
 """What a run costs, measured inside the run itself (``trainer.measure_cost=true``; the dry run sets it).
 
-Per training micro-batch: seconds (the device synchronised around it), the peak memory of the step and
-the memory resident when it started (:class:`scaleformer.bench.measure.MemoryProbe`: CUDA's peak
-allocation, or the process's peak RSS on CPU, reset per step) and its input and target tokens. The
-first step is the warm-up: it allocates the optimiser's state, and its FLOPs are counted (matmuls and
-attention, forward and backward: :func:`scaleformer.ops.compat.flop_counter`), the encoder's forward
-apart. After it, chunked methods alternate: odd steps as configured, even ones with
-``method.checkpoint_chunks`` on, so three steps answer "how fast, and does it fit, with and without
-recomputing the chunks?" from one run. Generation, per ``predict`` call (one per evaluated split),
-after an untimed two-token warm-up on its first batch: seconds, of which encoding (the method's
-``encode``), and the peak. The record goes into ``metrics.json`` under ``cost``;
-:mod:`scaleformer.artifacts.costs` turns a grid's records into its cost table.
+Training is measured in steady state, on a schedule of groups: each setting (as configured and, for a
+chunked method trained without it, with ``method.checkpoint_chunks`` on) at each input length
+(``trainer.cost_lengths``: fractions of the batch's own length; the probe cuts the batch's inputs to it, so
+a group's cost at two lengths gives fixed + per-token cost). A group is ``trainer.cost_warmup`` untimed
+micro-batches, then ``trainer.cost_repeats`` timed ones. The warm-ups take a new shape's one-time costs
+(allocator growth, kernel selection; one GPU step after a one-step warm-up still carried them) and the
+probes, so the timed micro-batches run with nothing attached: the first counts the FLOPs (matmuls and
+attention, forward and backward: :func:`scaleformer.ops.compat.flop_counter`; the encoder's forward apart),
+the second the host-device synchronisations (CUDA's sync debug mode; a CPU has none), the last the peak
+memory (:class:`scaleformer.bench.measure.MemoryProbe`). Each timed micro-batch's cycle (the previous one's
+end to its end) is split at Lightning's hooks into data (the collate function's time), forward (to
+``on_before_backward``), backward, optimiser (from ``on_before_optimizer_step``: clipping, the step, the
+scheduler) and other (callbacks, logging, the loop). On a GPU these are CUDA events, read with one
+synchronisation after each group's last timed micro-batch; on a CPU, host clocks. The matmul rate the
+table's MFU divides by is measured before the first step, in this process, at the run's precision. Training
+ends when the schedule is done.
 
-Off by default: the synchronisation per step costs a GPU its overlap between steps.
+Generation, per ``predict`` call (one per evaluated split), after an untimed two-token warm-up on its first
+batch: seconds, of which encoding (the method's ``encode``), and the peak. The record goes into
+``metrics.json`` under ``cost``; :mod:`scaleformer.artifacts.costs` turns a grid's records into its table.
+
+Off by default: it cuts inputs and toggles checkpointing, which a run that trains for its scores must not.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
+import warnings
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 
-from scaleformer.bench.measure import MemoryProbe, sync
+from scaleformer.bench.measure import MemoryProbe, matmul_peak, sync
 from scaleformer.ops import compat
+from scaleformer.runs.cost_schedule import settings
+
+log = logging.getLogger("scaleformer")
+PHASES = ("data", "forward", "backward", "optimizer", "other")
+MARKS = ("start", "forward", "backward", "optimizer", "end")
+COMPUTE_DTYPES = {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64}
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    """The dtype a run's matmuls take under Lightning's precision string (``bf16-mixed`` -> bfloat16)."""
+    return next((d for k, d in COMPUTE_DTYPES.items() if str(precision).startswith(k)), torch.float32)
 
 
 class CostProbe(pl.Callback):
-    """Times and memory of each training micro-batch and each generation pass (see the module docstring)."""
+    """Steady-state times, phases, syncs, FLOPs and memory of training; generation's time (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, warmup: int = 3, repeats: int = 10, lengths: Sequence[float] = (1.0, 0.5)) -> None:
+        if warmup < 1 or repeats < 1 or not lengths:
+            raise ValueError(f"cost schedule needs warm-up >= 1, repeats >= 1 and a length; got {warmup}, "
+                             f"{repeats}, {list(lengths)}")
+        self.warmup, self.repeats, self.lengths = warmup, repeats, [float(x) for x in lengths]
+        self.groups: list[dict[str, Any]] = []
         self.steps: list[dict[str, Any]] = []
         self.generate: list[dict[str, Any]] = []
+        self.peak: dict[str, Any] = {}
         self._probe: MemoryProbe | None = None
         self._t0 = 0.0
         self._base: int | None = None
         self._flops: Any = None
-        self._toggled: Any = None  # the method config whose checkpoint_chunks this step switched on
+        self._syncs: Any = None  # the warnings recorder of the sync-counting micro-batch
+        self._toggled: Any = None  # the method config whose checkpoint_chunks this group switched on
+        self._slot: tuple[int, int] | None = None  # (group, index in it) of the running micro-batch
+        self._host: dict[str, float] = {}  # mark -> perf_counter of the running micro-batch
+        self._events: dict[str, Any] = {}  # mark -> CUDA event (timed micro-batches on a GPU)
+        self._prev_end: tuple[float, Any] | None = None  # the previous micro-batch's end: host time, event
+        self._pending: list[tuple[dict[str, Any], dict[str, Any], Any, Any]] = []  # CUDA records to resolve
+        self._data_s = 0.0
         self.scaling = "linear"  # "bounded" for methods that read a window whatever the input's length
         self.train_scaling = "linear"  # the same for training (Unlimiformer's standard mode trains on a window)
         self.model: dict[str, int] = {}  # the decoder's size: how generation's cost grows with the input
+        self._scaled = False  # whether the scaling above was read (at the first micro-batch)
         self._wrapped: list[Any] = []  # methods whose encode is timed (an instance attribute)
         self._encoder_flops: list[int] = []
         self._encode_s = 0.0
+
+    # ------------------------------------------------------------------------------------ schedule
+    @property
+    def per_group(self) -> int:
+        return self.warmup + self.repeats
+
+    def micro_batches(self, method_cfg: Any) -> int:
+        """Micro-batches the schedule trains for a method of this config."""
+        return len(settings(method_cfg)) * len(self.lengths) * self.per_group
+
+    def watch_loader(self, loader: Any) -> None:
+        """Time the training loader's collate function: the data phase (its host time; with worker processes
+        it runs beside the step and is not seen here)."""
+        inner = loader.collate_fn
+
+        def timed(items: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return inner(items)
+            finally:
+                self._data_s += time.perf_counter() - t0
+
+        loader.collate_fn = timed
 
     def _memory(self, device: torch.device) -> MemoryProbe:
         if self._probe is None or self._probe.device != device:
             self._probe = MemoryProbe(device)
         return self._probe
 
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        cfg = getattr(getattr(pl_module, "method", None), "cfg", None)
+        self.groups = [{"setting": s, "fraction": f} for s in settings(cfg) for f in self.lengths]
+        self.peak = matmul_peak(pl_module.device, compute_dtype(str(trainer.precision)))
+
+    # --------------------------------------------------------------------------------- micro-batches
+    def _mark(self, name: str, device: torch.device) -> None:
+        if self._slot is None:
+            return
+        self._host[name] = time.perf_counter()
+        if device.type == "cuda" and self._slot[1] >= self.warmup - 1:  # the last warm-up's end starts the first cycle
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self._events[name] = event
+
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
-        cfg = getattr(getattr(pl_module, "method", None), "cfg", None)
         n = len(self.steps)
-        if n >= 2 and n % 2 == 0 and getattr(cfg, "checkpoint_chunks", True) is False:
+        g, i = divmod(n, self.per_group)
+        self._slot = (g, i) if g < len(self.groups) else None
+        if self._slot is None:
+            return
+        group, cfg = self.groups[g], getattr(getattr(pl_module, "method", None), "cfg", None)
+        if group["setting"] == "checkpoint" and getattr(cfg, "checkpoint_chunks", True) is False:
             cfg.checkpoint_chunks, self._toggled = True, cfg
-        if not n:  # the warm-up's FLOPs (the counter's overhead is small beside a step's, and it is not timed)
+        if group["fraction"] < 1:  # the group's length: the batch's inputs cut to a share of their width
+            keep = max(1, round(group["fraction"] * batch["input_ids"].shape[1]))
+            batch["input_ids"], batch["attention_mask"] = batch["input_ids"][:, :keep], batch["attention_mask"][:, :keep]
+        if i == 0:  # FLOPs (the counter's overhead stays out of the timed micro-batches)
             self._flops = compat.flop_counter()
             self._flops.__enter__()
             self._count_encoder(pl_module)
-        sync(pl_module.device)
-        self._base = self._memory(pl_module.device).start()
-        self._t0 = time.perf_counter()
+        if i == min(1, self.warmup - 1) and pl_module.device.type == "cuda":
+            self._syncs = warnings.catch_warnings(record=True)
+            recorded = self._syncs.__enter__()
+            warnings.simplefilter("always")
+            self._syncs.recorded = recorded
+            torch.cuda.set_sync_debug_mode("warn")
+        if i == self.warmup - 1:
+            self._base = self._memory(pl_module.device).start()
+        self._events = {}
+        self._mark("start", pl_module.device)
+
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
+        self._mark("forward", pl_module.device)
+
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._mark("backward", pl_module.device)
+
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        self._mark("optimizer", pl_module.device)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        sync(pl_module.device)
-        seconds = time.perf_counter() - self._t0
-        probe = self._memory(pl_module.device)
-        flops = None
-        encoder_flops = None
-        if self._flops is not None:
-            self._flops.__exit__(None, None, None)
-            flops, self._flops = int(self._flops.get_total_flops()), None
-            encoder_flops = self._stop_counting()
+        if self._slot is None:
+            return
+        device = pl_module.device
+        self._mark("end", device)
+        g, i = self._slot
+        group = self.groups[g]
+        tokens = batch["attention_mask"].sum()  # read when the group is resolved: no sync per micro-batch
+        targets = (batch["labels"] >= 0).sum()
+        step = {"group": g, "warmup": i < self.warmup, "checkpoint_chunks": group["setting"] == "checkpoint",
+                "time_s": None, "phases": None}
+        host = self._host
+        prev = self._prev_end
+        if prev is None:  # the first cycle starts at its own hook: the data it waited for came before
+            self._data_s = 0.0
+        step["time_s"], step["phases"] = _split(host, prev[0] if prev else host["start"], self._data_s)
+        if device.type == "cuda" and not step["warmup"]:
+            self._pending.append((step, dict(self._events), prev[1] if prev else self._events.get("start"), self._data_s))
+        self._data_s = 0.0
+        if i == 0:
+            self._close_flops(pl_module, batch, group)
+        if self._syncs is not None:
+            torch.cuda.set_sync_debug_mode(0)
+            group["syncs_per_step"] = sum("synchroniz" in str(w.message) for w in self._syncs.recorded)
+            self._syncs.__exit__(None, None, None)
+            self._syncs = None
+        if i == self.warmup - 1:
+            group.update(self._memory(device).since(self._base), base_bytes=self._base)
+        group.setdefault("_tokens", []).append((tokens, targets))
+        self.steps.append(step)
+        if self._toggled is not None:
+            self._toggled.checkpoint_chunks, self._toggled = False, None
+        if i == self.per_group - 1:
+            self._resolve(group)
+            if g == len(self.groups) - 1:
+                log.info("cost probe: %d groups x (%d warm-up + %d timed) micro-batches measured; training ends here",
+                         len(self.groups), self.warmup, self.repeats)
+                trainer.should_stop = True
+        self._prev_end = (time.perf_counter(), self._events.get("end"))
+
+    def _close_flops(self, pl_module: pl.LightningModule, batch: Any, group: dict[str, Any]) -> None:
+        self._flops.__exit__(None, None, None)
+        group["flops"], self._flops = int(self._flops.get_total_flops()), None
+        group["encoder_forward_flops"] = self._stop_counting()
         method = getattr(pl_module, "method", None)
-        cfg = getattr(method, "cfg", None)
-        if not self.steps and method is not None:  # does the encoder side keep growing with the input?
+        if not self._scaled and method is not None:  # does the encoder side keep growing?
             n = int(batch["attention_mask"].sum(1).max())  # (cost tables: 64x the input, half as many states)
 
             def grows(length: Any) -> str:
                 return "linear" if length(64 * n) >= 32 * length(n) else "bounded"
 
             self.scaling, self.train_scaling = grows(method.decoder_length), grows(method.train_length)
-        self.steps.append({
-            "time_s": round(seconds, 4), **probe.since(self._base), "base_bytes": self._base,
-            "input_tokens": int(batch["attention_mask"].sum()), "target_tokens": int((batch["labels"] >= 0).sum()),
-            "checkpoint_chunks": bool(getattr(cfg, "checkpoint_chunks", False)), "warmup": not self.steps,
-            "flops": flops, "encoder_forward_flops": encoder_flops})
-        if self._toggled is not None:
-            self._toggled.checkpoint_chunks, self._toggled = False, None
+            self._scaled = True
+
+    def _resolve(self, group: dict[str, Any]) -> None:
+        """The group's token counts and, on a GPU, its timed micro-batches' device times: one sync."""
+        if self._pending:
+            torch.cuda.synchronize()
+            for step, events, prev, data in self._pending:
+                step["host_time_s"], step["host_phases"] = step["time_s"], step["phases"]
+                elapsed = {k: prev.elapsed_time(e) / 1e3 for k, e in events.items()} if prev is not None else {}
+                step["time_s"], step["phases"] = _split({**elapsed, "start": elapsed.get("start", 0.0)}, 0.0, data)
+            self._pending = []
+        counted = group.pop("_tokens")
+        group["input_tokens"] = int(counted[-1][0])
+        group["target_tokens"] = int(counted[-1][1])
+        group["tokens_per_step"] = [int(t) for t, _ in counted]
 
     def _count_encoder(self, pl_module: pl.LightningModule) -> None:
         """Count the encoder's forward FLOPs apart (a second counter inside the step's): the share of a step
@@ -140,11 +280,17 @@ class CostProbe(pl.Callback):
         return self._encoder_flops[0] if self._encoder_flops else None
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        if self._flops is not None:  # a failed first step must not leave the counters on
+        if self._flops is not None:  # a failed micro-batch must not leave the counters on
             self._flops.__exit__(None, None, None)
             self._flops = None
             self._stop_counting()
+        if self._syncs is not None:
+            with contextlib.suppress(Exception):
+                torch.cuda.set_sync_debug_mode(0)
+            self._syncs.__exit__(None, None, None)
+            self._syncs = None
 
+    # ------------------------------------------------------------------------------------ generation
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Encoding apart from decoding: the two grow differently with the input (scaleformer.artifacts.costs).
         self._encode_s, started = 0.0, [0.0]
@@ -188,19 +334,37 @@ class CostProbe(pl.Callback):
         self._unwrap()
         self.generate.append({"time_s": round(seconds, 4), "encode_s": round(self._encode_s, 4),
                               **self._memory(pl_module.device).since(self._base), "base_bytes": self._base})
-        if not self.model:
+        if "decoder_params" not in self.model:
             decoder = pl_module.model.get_decoder()
             layers = getattr(decoder, "layers", None) or getattr(decoder, "block", None) or ()  # BART / T5
             # the weights a generated token multiplies through: the layers and the output projection
             params = [*(p for layer in layers for p in layer.parameters()),
                       *pl_module.model.get_output_embeddings().parameters()]
-            self.model = {"d_model": int(decoder.config.d_model), "decoder_layers": len(layers),
-                          "decoder_params": sum(p.numel() for p in params)}
+            self.model.update(d_model=int(decoder.config.d_model), decoder_layers=len(layers),
+                              decoder_params=sum(p.numel() for p in params))
 
     def record(self, precision: str) -> dict[str, Any]:
         """What ``metrics.json`` keeps under ``cost``."""
         dev = self._probe.device if self._probe is not None else torch.device("cpu")
-        return {"device": str(dev), "precision": precision,
+        for group in self.groups:  # a group that training ended inside (trainer.max_steps came first)
+            if "_tokens" in group:
+                self._resolve(group)
+        return {"device": str(dev), "precision": precision, "probe": "steady-state",
                 "memory": "cuda max_memory_allocated" if dev.type == "cuda" else "process peak RSS (VmHWM)",
-                "length_scaling": self.scaling, "train_length_scaling": self.train_scaling, "model": self.model,
-                "train_steps": self.steps, "generate": self.generate}
+                "timer": "cuda events" if dev.type == "cuda" else "host clock",
+                "schedule": {"warmup": self.warmup, "repeats": self.repeats, "lengths": self.lengths},
+                "matmul_peak": self.peak, "length_scaling": self.scaling, "train_length_scaling": self.train_scaling,
+                "model": self.model, "train_groups": self.groups, "train_steps": self.steps, "generate": self.generate}
+
+
+def _split(marks: dict[str, float], cycle_start: float, data_s: float) -> tuple[float, dict[str, float]]:
+    """A micro-batch's cycle (``cycle_start`` to its end) and its phases from the marks of its hooks; the
+    optimiser phase is empty on micro-batches that accumulate (no ``on_before_optimizer_step``)."""
+    end = marks["end"]
+    fwd = marks.get("forward", end)
+    bwd = marks.get("backward", fwd)
+    opt = marks.get("optimizer", end)
+    cycle = end - cycle_start
+    phases = {"data": data_s, "forward": fwd - marks["start"], "backward": bwd - fwd, "optimizer": end - opt}
+    phases["other"] = cycle - sum(phases.values())
+    return cycle, {k: round(v, 6) for k, v in phases.items()}

@@ -182,7 +182,8 @@ def prepare(ctx: RunContext, ckpt: Path | None) -> Parts:
         resolve_bertscore_model(rc.metrics.bertscore)  # offline, a missing model fails now, not after training
     loggers, callbacks = instantiate_all(rc.logger, "logger"), instantiate_all(rc.callbacks, "callbacks")
     resume = ExactResume(batch_size=rc.data.batch_size)
-    cost = CostProbe() if rc.trainer.measure_cost else None
+    t = rc.trainer
+    cost = CostProbe(t.cost_warmup, t.cost_repeats, t.cost_lengths) if t.measure_cost else None
     trainer = build_trainer(ctx, loggers, [*callbacks, resume, *([cost] if cost else [])])
 
     dm = SummarizationDataModule(rc.data, tokenizer, seed=rc.seed)
@@ -231,6 +232,8 @@ def train_or_load(ctx: RunContext, parts: Parts, module: SummarizationModule, ck
     has_val = dm.has_split("validation") and rc.trainer.limit_val_batches not in (0, 0.0)
     train_loader = dm.train_dataloader()
     parts.resume.sampler = train_loader.sampler
+    if parts.cost is not None:
+        parts.cost.watch_loader(train_loader)
     trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=dm.val_dataloader() if has_val else None,
                 ckpt_path=str(ckpt) if ckpt else None, **compat.fit_kwargs(trainer.fit, weights_only=True))
     return int(trainer.global_step), time.time() - t0, True

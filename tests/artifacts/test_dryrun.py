@@ -6,13 +6,16 @@ from __future__ import annotations
 import pytest
 from conftest import compose
 
-from scaleformer.artifacts import costs
+from scaleformer.artifacts import cost_report, costs
 from scaleformer.artifacts.grid import expand_grid, load_spec
 from scaleformer.resources import experiments_dir
+from scaleformer.runs.context import to_config
 from scaleformer.runs.results import Results
 from scaleformer.runs.run import run
 
 SPECS = ("table1", "table2", "figure2", "table_qa")
+# The probe's shortest schedule: one warm-up and one timed micro-batch per setting, at one length.
+QUICK = ["++trainer.cost_warmup=1", "++trainer.cost_repeats=1", "++trainer.cost_lengths=[1.0]", "trainer.max_steps=4"]
 
 
 def _cell(artifact: str, key: str, method: str):
@@ -29,34 +32,41 @@ def test_every_spec_has_a_dryrun_profile_at_the_papers_shapes(artifact):
     cells = expand_grid(spec, "dryrun")
     assert cells and all(c.train_from is None for c in cells)  # each column's own training is measured
     cfg = compose(cells[0].overrides)
-    assert cfg.trainer.max_steps == 3 and cfg.trainer.accumulate_grad_batches == 1
+    trainer = to_config(cfg).trainer
+    assert trainer.max_steps == 52 and trainer.accumulate_grad_batches == 1  # the probe's whole schedule
+    assert (trainer.cost_warmup, trainer.cost_repeats, trainer.cost_lengths) == (3, 10, [1.0, 0.5])
     assert cfg.generation.num_beams == 4 and len(cfg.trainer.eval_splits) == 1 and cfg.data.max_eval_examples == 1
 
 
 def test_one_dryrun_cell_at_bart_base_shape(tmp_path):
     """BART-base's architecture (random weights), a GovReport-shaped document read past 1,024 positions by
-    SLED, one training step and a 4-beam generation; the cost record and the cost table's row from it."""
+    SLED, one warm-up and one timed micro-batch per setting, a 4-beam generation; the cost record and the
+    cost table's row from it (one length: its step split by the FLOPs that grow)."""
     spec, cell = _cell("table1", "govreport", "sled")
-    out = run(compose([*cell.overrides, f"paths.root={tmp_path}", "trainer.max_steps=1", "data.max_input_tokens=1100",
+    out = run(compose([*cell.overrides, f"paths.root={tmp_path}", *QUICK, "data.max_input_tokens=1100",
                        "data.max_target_tokens=16", "data.synthetic_docs.train=2", "generation.max_new_tokens=4"]))
     assert out["backbone"]["name"] == "bart_base_shape"
     assert not list(tmp_path.glob("runs/*/model")), "a dry run exports no random weights"
     cost = out["cost"]
     assert cost["model"]["d_model"] == 768 and cost["model"]["decoder_layers"] == 6
     assert cost["length_scaling"] == cost["train_length_scaling"] == "linear"
-    (step,) = cost["train_steps"]
-    assert step["warmup"] and step["input_tokens"] == 1100 and step["time_s"] > 0
+    plain, ckpt = cost["train_groups"]
+    assert [s["warmup"] for s in cost["train_steps"]] == [True, False, True, False] and out["train_steps"] == 4
+    assert plain["input_tokens"] == 1100 and all(s["time_s"] > 0 for s in cost["train_steps"])
     # at least the encoder's linear layers, forward and backward: 6 x 6 layers x 7.08M weights x 2 chunks x 1024
-    assert step["flops"] > 6 * 6 * 7_080_000 * 2048
-    assert step["mem_peak_bytes"] > 139_000_000 * 4 * 2  # fp32 weights and gradients at least
+    assert plain["flops"] > 6 * 6 * 7_080_000 * 2048 and ckpt["flops"] > plain["flops"]
+    assert plain["mem_peak_bytes"] > 139_000_000 * 4 * 2  # fp32 weights and gradients at least
     (gen,) = cost["generate"]
     assert 0 < gen["encode_s"] < gen["time_s"]
     row = costs.measured(Results.from_dict(out), paper_cap=16384)
-    assert row["paper_tokens"] > 1100 and row["scale"] == pytest.approx(row["paper_tokens"] / 1100, rel=1e-3)
+    assert row["probe"] == "steady-state" and row["paper_tokens"] > 1100
+    assert row["scale"] == pytest.approx(row["paper_tokens"] / 1100, rel=1e-3)
     assert 0.5 < row["encoder_share"] < 1  # 2 chunks of 1,024 positions against 16 target tokens
-    assert step["encoder_forward_flops"] * 3 < step["flops"]
-    assert row["step_s"] == pytest.approx(step["time_s"] * (1 - row["encoder_share"] + row["encoder_share"] * row["scale"]),
-                                          rel=1e-3)  # one step: its own length is the cell's
+    assert plain["encoder_forward_flops"] * 3 < plain["flops"]
+    timed = next(s for s in cost["train_steps"] if not s["warmup"] and not s["checkpoint_chunks"])
+    share = row["encoder_share"]
+    assert row["step_s"] == pytest.approx(timed["time_s"] * (1 - share + share * row["scale"]), rel=1e-3)
+    assert row["mfu_measured"] > 0 and row["peak_tflops"] > 0
     plan = costs.paper_plan(spec, cell)
     assert plan["micro_batches"] == 20000 * 8 and plan["eval_docs"] == 972 + 973 and plan["max_input_tokens"] == 16384
     est = costs.estimate(row, plan)
@@ -73,7 +83,7 @@ def test_generation_is_timed_after_a_warm_up_and_times_every_methods_encoding(tm
     monkeypatch.setattr(module, "summaries", lambda m, tok, gen, *a: asked.append(gen.max_new_tokens) or stock(m, tok, gen, *a))
     _, cell = _cell("table1", "govreport", "scaleformer_middle")
     out = run(compose([*cell.overrides, "backbone=tiny_bart", "data=synthetic", f"paths.root={tmp_path}",
-                       "trainer.max_steps=1", "generation.max_new_tokens=6", "data.max_input_tokens=700"]))
+                       *QUICK, "generation.max_new_tokens=6", "data.max_input_tokens=700"]))
     assert asked == [2, 6]  # the warm-up, then the timed generation of the same batch
     (gen,) = out["cost"]["generate"]
     assert 0 < gen["encode_s"] < gen["time_s"]
@@ -84,7 +94,7 @@ def test_unlimiformer_records_that_its_standard_training_reads_a_window(tmp_path
     the whole document at test time: the record says so, so the cost table scales only its generation."""
     _, cell = _cell("table1", "govreport", "unlimiformer")
     out = run(compose([*cell.overrides, "backbone=tiny_bart", "data=synthetic", f"paths.root={tmp_path}",
-                       "trainer.max_steps=1", "generation.max_new_tokens=2", "generation.num_beams=1"]))
+                       *QUICK, "generation.max_new_tokens=2", "generation.num_beams=1"]))
     assert out["method"]["training_mode"] == "standard"
     assert (out["cost"]["length_scaling"], out["cost"]["train_length_scaling"]) == ("linear", "bounded")
 
@@ -174,26 +184,26 @@ def test_cells_that_are_one_run_are_counted_once_in_the_totals(tmp_path):
 
     rows = [row("a", "method.alpha=0.0", 1000), row("d", "method.alpha=0.5", 2000), row("d", "method.overlap=150", 2000)]
     assert [r["column"] for r in costs.distinct(rows)] == ["method.alpha=0.0", "method.alpha=0.5"]
-    text = costs.render_markdown({"artifact": "figure2"}, rows, "")
+    text = cost_report.render_markdown({"artifact": "figure2"}, rows, "")
     assert "Whole table on this cpu: 3,000 h." in text and "30-60 GPU-hours" in text
     assert "- scaleformer_middle on method.alpha=0.5, scaleformer_middle on method.overlap=150: one run" in text
     assert "Repeatability" not in text  # two runs are no spread
     rows.append({**row("b", "method.alpha=1.0", 1000), "step_s": 4.0})
-    text = costs.render_markdown({"artifact": "figure2"}, rows, "")
+    text = cost_report.render_markdown({"artifact": "figure2"}, rows, "")
     assert "3 runs of scaleformer_middle that count the same FLOPs on the same documents (100 tokens on average)" in text
     rows[-1]["flops_step"] = 2.0  # more work: not a repeat
-    assert "Repeatability" not in costs.render_markdown({"artifact": "figure2"}, rows, "")
+    assert "Repeatability" not in cost_report.render_markdown({"artifact": "figure2"}, rows, "")
     assert "took median 1.0 (1.0-4.0) s/step" in text and "(generation: median 1.0 (1.0-1.0) s/doc" in text
     rows.pop()
     (tmp_path / "figure2.json").write_text(json.dumps({"rows": rows, "total_h": 3000.0, "provenance": ""}))
     hours, line = costs.paper_estimate("figure2", tmp_path)
-    assert hours == 3000.0 and "~30-60 GPU-h" in line
-    block = costs.summary_markdown(tmp_path, ["figure2"], "results/dryrun")
+    assert hours == 3000.0 and "training on one GPU ~30-60 h by FLOPs at 1-5% of an H100's" in line
+    block = cost_report.summary_markdown(tmp_path, ["figure2"], "results/dryrun")
     assert "| 3 | ? | 3,000 | 3,000 | 0 |" in block
     # memory at the longest documents: a sweep's points are one method at one length, given as a spread
     rows[0]["train_peak_gb"] = 3.0
     (tmp_path / "figure2.json").write_text(json.dumps({"rows": rows, "total_h": 3000.0, "provenance": ""}))
-    block = costs.summary_markdown(tmp_path, ["figure2"], "results/dryrun")
+    block = cost_report.summary_markdown(tmp_path, ["figure2"], "results/dryrun")
     assert "all 2 runs (100 tokens" in block and "scaleformer_middle median 2.0 (1.0-3.0) / –." in block
 
 
@@ -237,7 +247,7 @@ def test_a_dryrun_grid_writes_its_cost_table(tmp_path):
     # Its score table too (reproduce writes it first): one document per cell, paired against the baseline.
     scores = build_table(spec, "dryrun", tmp_path, tmp_path / "scores", methods=["truncation", "sled"])
     assert "| SLED |" in scores["md"].read_text()
-    written = costs.build_costs(spec, "dryrun", tmp_path, tmp_path, methods=["truncation", "sled"])
+    written = cost_report.build_costs(spec, "dryrun", tmp_path, tmp_path, methods=["truncation", "sled"])
     record = json.loads(written["json"].read_text())
     rows = {r["method"]: r for r in record["rows"]}
     assert set(rows) == {"truncation", "sled"}

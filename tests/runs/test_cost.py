@@ -1,0 +1,80 @@
+"""The cost probe (scaleformer.runs.cost) in a real run: its schedule, warm-ups, phases, FLOPs and memory per
+group, the lengths it cuts the batch to, and training ending with the schedule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import compose
+
+from scaleformer.runs.cost import CostProbe, _split, compute_dtype
+from scaleformer.runs.run import run
+
+SMALL = ["backbone=tiny_bart", "data=synthetic", "data.synthetic_docs.train=4", "data.synthetic_words=400",
+         "data.max_eval_examples=1", "generation.max_new_tokens=2", "generation.num_beams=1",
+         "metrics.bertscore.enabled=false", "trainer.enable_progress_bar=false", "trainer.max_steps=100",
+         "trainer.eval_splits=[test]", "callbacks.checkpoint=null", "++trainer.export_model=false",
+         "++trainer.measure_cost=true", "++trainer.cost_repeats=3"]
+
+
+@pytest.fixture(scope="module")
+def sled_cost(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cost")
+    out = run(compose([*SMALL, "method=sled", "method.chunk_size=128", "method.overlap=16", f"paths.root={root}"]))
+    return out
+
+
+def test_the_schedule_is_settings_by_lengths_of_warm_ups_then_timed_micro_batches(sled_cost):
+    cost = sled_cost["cost"]
+    groups, steps = cost["train_groups"], cost["train_steps"]
+    assert [(g["setting"], g["fraction"]) for g in groups] == [
+        ("plain", 1.0), ("plain", 0.5), ("checkpoint", 1.0), ("checkpoint", 0.5)]
+    assert cost["schedule"] == {"warmup": 3, "repeats": 3, "lengths": [1.0, 0.5]}
+    assert len(steps) == 4 * 6 and sled_cost["train_steps"] == 24  # training ends with the schedule (max 100)
+    for g in range(4):
+        mine = [s for s in steps if s["group"] == g]
+        assert [s["warmup"] for s in mine] == [True] * 3 + [False] * 3
+        assert all(s["checkpoint_chunks"] == (groups[g]["setting"] == "checkpoint") for s in mine)
+
+
+def test_each_group_counts_its_flops_and_memory_at_its_own_length(sled_cost):
+    full, half, ckpt, ckpt_half = sled_cost["cost"]["train_groups"]
+    assert 0.4 < half["input_tokens"] / full["input_tokens"] <= 0.55  # the batch cut to half its width
+    assert half["flops"] < 0.75 * full["flops"]  # fewer chunks: fewer FLOPs
+    assert ckpt["flops"] > full["flops"]  # the chunks' forward again in backward
+    assert ckpt["encoder_forward_flops"] == full["encoder_forward_flops"] > 0
+    assert all(g["mem_peak_bytes"] > 0 and g["base_bytes"] > 0 for g in (full, half, ckpt, ckpt_half))
+    assert "syncs_per_step" not in full  # a CPU has no host-device synchronisation to count
+    assert sled_cost["cost"]["matmul_peak"]["tflops"] > 0 and sled_cost["cost"]["matmul_peak"]["dtype"] == "float32"
+
+
+def test_timed_micro_batches_split_their_cycle_into_phases(sled_cost):
+    for s in sled_cost["cost"]["train_steps"]:
+        ph = s["phases"]
+        assert set(ph) == {"data", "forward", "backward", "optimizer", "other"}
+        assert sum(ph.values()) == pytest.approx(s["time_s"], abs=1e-5)
+        if not s["warmup"]:
+            assert ph["forward"] > 0 and ph["backward"] > 0 and ph["optimizer"] > 0 and ph["data"] > 0
+            assert ph["other"] > -1e-5
+
+
+def test_a_method_without_chunks_is_timed_in_its_one_setting(tmp_path):
+    out = run(compose([*SMALL, "method=truncation", "++trainer.cost_lengths=[1.0]", f"paths.root={tmp_path}"]))
+    assert [g["setting"] for g in out["cost"]["train_groups"]] == ["plain"] and out["train_steps"] == 6
+
+
+def test_split_reads_phases_from_the_hooks_marks():
+    marks = {"start": 1.0, "forward": 1.5, "backward": 2.5, "optimizer": 2.6, "end": 2.9}
+    cycle, ph = _split(marks, 0.8, 0.05)
+    assert cycle == pytest.approx(2.1)
+    assert ph == pytest.approx({"data": 0.05, "forward": 0.5, "backward": 1.0, "optimizer": 0.3, "other": 0.25})
+    # a micro-batch that accumulates reaches no optimizer hook: no optimiser phase
+    _, ph = _split({"start": 0.0, "forward": 1.0, "backward": 2.0, "end": 2.0}, 0.0, 0.0)
+    assert ph["optimizer"] == 0.0 and ph["other"] == pytest.approx(0.0)
+
+
+def test_the_schedule_needs_a_warm_up_and_a_timed_micro_batch():
+    with pytest.raises(ValueError, match="warm-up >= 1"):
+        CostProbe(warmup=0)
+    assert compute_dtype("bf16-mixed") == torch.bfloat16 and compute_dtype("32-true") == torch.float32
+    assert CostProbe(3, 10, [1.0, 0.5]).micro_batches(type("C", (), {"checkpoint_chunks": False})()) == 52
