@@ -193,6 +193,9 @@ class OptimConfig:
     # A non-finite (NaN/inf) training loss stops the run with an error naming the step; true logs a
     # warning instead and keeps training (the weights are then usually NaN too).
     allow_nonfinite_loss: bool = runtime(False)  # only decides whether a diverged run stops
+    # AdamW's fused kernel (one launch for every parameter): null = on CUDA, where it is torch's fastest;
+    # true elsewhere too (the CPU has one); the same update to rounding (1e-7 relative in fp32).
+    fused: bool | None = runtime(None)
 
     def __post_init__(self) -> None:
         _positive("optim.lr", self.lr)

@@ -54,9 +54,14 @@ class ChunkedConfig(MethodConfig):
     chunk_size: int = 1024
     # Tokens shared by consecutive chunks (O); the last chunk ends at the document end, overlapping more.
     overlap: int = 150
-    # Chunks per encoder pass: bounds activation memory; all chunks of a batch are encoded either way.
-    # 0 = auto: on CUDA, from the free device memory at each call (see auto_encoder_batch_size); 16 on CPU.
+    # Chunks per encoder pass: bounds activation memory in inference and checkpointed training; all chunks
+    # of a batch are encoded either way. 0 = auto: on CUDA, from the free device memory at each call (see
+    # auto_encoder_batch_size); 16 on CPU.
     encoder_batch_size: int = 16
+    # Training without checkpoint_chunks: every chunk of the batch in one encoder pass. Their activations are
+    # kept for backward however they are batched, so passes of encoder_batch_size bound nothing and only
+    # add launches and smaller matmuls. False: encoder_batch_size at a time, as inference (same numbers).
+    one_pass_training: bool = True
     # Training: recompute each encoder micro-batch in backward (activation checkpointing per micro-batch)
     # instead of keeping every chunk's activations; the same numbers (random state restored), more time.
     checkpoint_chunks: bool = False
@@ -67,7 +72,7 @@ class ChunkedConfig(MethodConfig):
     # are those specials.
     chunk_special_tokens: bool = False
 
-    RUNTIME_KEYS: ClassVar[tuple[str, ...]] = ("encoder_batch_size", "checkpoint_chunks")
+    RUNTIME_KEYS: ClassVar[tuple[str, ...]] = ("encoder_batch_size", "one_pass_training", "checkpoint_chunks")
 
     def __post_init__(self) -> None:
         check(self.chunk_size > 0, "method.chunk_size", self.chunk_size, "must be > 0")
@@ -182,8 +187,12 @@ class ChunkedMethod(Method):
         cols = self.combined_columns(pos.shape[1])  # CPU [c] or None
         if cols is not None:  # written after combine(): their first write goes to the dump
             dests[0] = dests[0].index_fill(1, cols, plan.slots - 1)
-        micro = self.cfg.encoder_batch_size or auto_encoder_batch_size(
-            ids.device, ids.shape[1], self.spec, training=training and torch.is_grad_enabled())
+        grads = training and torch.is_grad_enabled()
+        if grads and self.cfg.one_pass_training and not self.cfg.checkpoint_chunks:
+            micro = ids.shape[0]  # every chunk's activations stay for backward: one pass, the largest matmuls
+        else:
+            micro = self.cfg.encoder_batch_size or auto_encoder_batch_size(ids.device, ids.shape[1], self.spec,
+                                                                           training=grads)
         # Each micro-batch's kept states go straight into the packed decoder input (gradients flow).
         sink = PackedSink(plan.slots, [x.to(dev) for x in dests], None if cols is None else (0, cols.to(dev)))
         encode_chunks(encoder, ids, mask.to(attention_mask.dtype), row_len, micro, picks, sink=sink,

@@ -7,7 +7,6 @@ decoding, so every method is trained and decoded the same way.
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 import lightning.pytorch as pl
@@ -76,6 +75,7 @@ class SummarizationModule(pl.LightningModule):
         checkpoint["state_dict"] = upgrade_state(checkpoint["state_dict"])
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.check_finite()  # never a checkpoint of diverged weights
         checkpoint[META_KEY] = self.meta
 
     # ----------------------------------------------------------------------------------- encoder
@@ -91,14 +91,42 @@ class SummarizationModule(pl.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         loss = self(batch)
         self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            self._nonfinite(value, batch_idx)
+        self._watch(loss.detach(), batch_idx)
         return loss
 
-    def _nonfinite(self, value: float, batch_idx: int) -> None:
-        """Stop at the first NaN/inf loss (before its backward pass), unless optim.allow_nonfinite_loss."""
-        step = self.global_step + 1  # the optimiser step this batch belongs to (checkpoints count alike)
+    # A non-finite loss is noted on the device and read every `check_every` micro-batches: on a GPU, reading
+    # it each step would make the host wait for the step to finish before it could queue the next one. A
+    # CPU has no queue to drain, so it reads at once (and stops before the bad step's backward pass). Every
+    # check point also reads it: a checkpoint is never saved, nor validation run, on diverged weights.
+    check_every: int = 1
+
+    def on_train_start(self) -> None:
+        self.check_every = self.trainer.log_every_n_steps if self.device.type == "cuda" else 1
+
+    def _watch(self, loss: torch.Tensor, batch_idx: int) -> None:
+        if getattr(self, "_bad", None) is None:  # made once per check: a host-to-device copy waits like a read
+            # [3]: micro-batches seen since the last check, the first non-finite one's index (-1: none), its loss
+            self._bad, self._seen = torch.tensor([0.0, -1.0, 0.0], device=loss.device), []
+        self._seen.append((self.global_step + 1, batch_idx, self.current_epoch))
+        bad = self._bad
+        first = (~torch.isfinite(loss)) & (bad[1] < 0)  # device ops only: no sync
+        self._bad = torch.stack([bad[0] + 1, torch.where(first, bad[0], bad[1]), torch.where(first, loss.float(), bad[2])])
+        if len(self._seen) >= self.check_every:
+            self.check_finite()
+
+    def check_finite(self) -> None:
+        """Stop at a non-finite loss since the last check (one host read), unless optim.allow_nonfinite_loss."""
+        bad = getattr(self, "_bad", None)
+        if bad is None:
+            return
+        _, index, value = bad.tolist()
+        seen, self._seen, self._bad = self._seen, [], None
+        if index >= 0:
+            self._nonfinite(value, *seen[int(index)])
+
+    def _nonfinite(self, value: float, step: int, batch_idx: int, epoch: int) -> None:
+        """Raise TrainingDiverged naming the step (the optimiser step its micro-batch belongs to, as checkpoints
+        count), unless optim.allow_nonfinite_loss (then warn once)."""
         o = self.optim_cfg
         if o.allow_nonfinite_loss:
             if not getattr(self, "_warned_nonfinite", False):
@@ -108,9 +136,15 @@ class SummarizationModule(pl.LightningModule):
             return
         raise TrainingDiverged(
             f"training diverged: the loss is {value} at step {step} (batch {batch_idx} of epoch "
-            f"{self.current_epoch}) with optim.lr={o.lr:g}, optim.warmup_steps={o.warmup_steps}; lower "
+            f"{epoch}) with optim.lr={o.lr:g}, optim.warmup_steps={o.warmup_steps}; lower "
             "optim.lr or raise optim.warmup_steps (fp16: use trainer.precision=bf16-mixed or 32-true); "
             "optim.allow_nonfinite_loss=true trains on anyway")
+
+    def on_train_end(self) -> None:
+        self.check_finite()
+
+    def on_validation_start(self) -> None:
+        self.check_finite()
 
     # -------------------------------------------------------------------------------- generation
     @torch.no_grad()
@@ -143,9 +177,10 @@ class SummarizationModule(pl.LightningModule):
         for n, p in self.model.named_parameters():
             if p.requires_grad:
                 (no_decay if p.ndim < 2 or "norm" in n.lower() else decay).append(p)
+        fused = o.fused if o.fused is not None else self.device.type == "cuda"
         opt = torch.optim.AdamW(
             [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=o.lr, betas=tuple(o.betas), eps=o.eps,
+            lr=o.lr, betas=tuple(o.betas), eps=o.eps, fused=fused or None,  # None: torch's own default (foreach)
         )
         total = max(1, int(self.trainer.estimated_stepping_batches))
         sched = get_linear_schedule_with_warmup(opt, min(o.warmup_steps, total), total)

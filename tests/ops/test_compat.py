@@ -17,7 +17,8 @@ import torch
 from conftest import ROOT, compose
 from packaging.requirements import Requirement
 from packaging.version import Version
-from test_decoding import batch, encoded, stock, tiny
+from test_decoding import encoded, stock
+from tiny_models import batch, tiny
 
 from scaleformer.errors import ConfigError
 from scaleformer.methods import build_method, method_config

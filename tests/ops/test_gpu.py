@@ -19,7 +19,8 @@ import sys
 import pytest
 import torch
 from conftest import ROOT
-from test_decoding import METHODS, batch, settings, shared, stock, tiny
+from test_decoding import settings, shared, stock
+from tiny_models import METHODS, batch, tiny
 
 from scaleformer.methods import build_method, method_config
 from scaleformer.ops import decoding

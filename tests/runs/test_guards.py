@@ -61,6 +61,27 @@ def test_nonfinite_loss_opt_out_warns_once_and_trains_on(monkeypatch, caplog):
     assert sum("allow_nonfinite_loss=true" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_a_deferred_check_names_the_first_nonfinite_micro_batch_and_guards_checkpoints(monkeypatch):
+    """On a GPU the loss is read every check_every micro-batches (no sync per step): the check names the
+    first bad one, and a checkpoint or validation in between reads it first."""
+    module = _module(OptimConfig(lr=1e-3))
+    losses = iter([1.0, float("inf"), float("nan"), 2.0, 1.0])
+    monkeypatch.setattr(SummarizationModule, "forward", lambda self, batch: torch.tensor(next(losses)))
+    module.check_every = 4
+    batch = {"input_ids": torch.ones(1, 4, dtype=torch.long)}
+    for i in range(3):
+        module.training_step(batch, i)  # nothing read yet
+    # outside a trainer every micro-batch is optimiser step 1; the batch index tells them apart
+    with pytest.raises(TrainingDiverged, match=r"^training diverged: the loss is inf at step 1 \(batch 1 of epoch 0\)"):
+        module.training_step(batch, 3)
+    module.training_step(batch, 4)  # a finite loss after the check
+    module.check_finite()  # read: nothing to stop
+    losses = iter([float("nan")])
+    module.training_step(batch, 5)  # pending until a check point
+    with pytest.raises(TrainingDiverged, match="the loss is nan"):
+        module.on_save_checkpoint({})
+
+
 def test_finite_loss_is_returned_unchanged(monkeypatch):
     module = _module(OptimConfig())
     loss = torch.tensor(2.5, requires_grad=True)
