@@ -21,7 +21,7 @@ METHODS ?=
 YES     ?=
 REPRO   = $(PY) scripts/reproduce.py --profile $(PROFILE) $(if $(FORCE),--force) $(if $(YES),--yes) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(foreach a,$(LAUNCHER_ARGS),--launcher-arg $(a)) $(if $(METHODS),--methods $(METHODS))
 
-.PHONY: setup check-lock lock run default-results test test-all test-kernels test-compat lint clean table1 table2 table_qa figure2 bench gpu-check wheels
+.PHONY: setup check-lock lock run default-results test test-all test-kernels test-compat lint clean table1 table2 table_qa figure2 bench bench-step gpu-check gpu-perf wheels
 
 setup: $(STAMP)
 
@@ -86,11 +86,18 @@ figure2: setup      ## results/figure2.{png,csv}
 bench: setup        ## results/bench/<profile>.{json,md,png}  (PROFILE=cpu-tiny by default, or gpu-base)
 	$(PY) scripts/bench.py --profile $(if $(filter command line environment,$(origin PROFILE)),$(PROFILE),cpu-tiny)
 
+bench-step: setup   ## results/bench/step-overhead.{json,md}: the training step's framework overhead on the CPU, before/after (~20 min)
+	$(PY) scripts/bench_step.py --rounds 3
+
 DIR ?=
 GPU_CHECK_ARGS ?=
 gpu-check:          ## on a GPU machine: prepare .venv-gpu from the lock (wheels/ if present), run `pytest -m gpu` and the gpu-base bench; results in DIR
 	@test -n "$(DIR)" || { echo "error: DIR is required: make gpu-check DIR=/path/to/results"; exit 2; }
 	$(PYTHON) scripts/gpu_check.py $(DIR) $(GPU_CHECK_ARGS)
+
+GPU_PERF_ARGS ?=
+gpu-perf:           ## on a GPU machine, after gpu-check (its .venv-gpu): table1's training cells, optimisations off and on (results/gpu-perf/DATE/, results/dryrun/table1-gpu.*)
+	$(if $(wildcard .venv-gpu/bin/python),.venv-gpu/bin/python,$(PY)) scripts/gpu_perf.py $(GPU_PERF_ARGS)
 
 # GPU_PYTHON=3.12: wheels for the GPU machine's Python when it is not this one's. A distribution
 # published only as source (antlr4-python3-runtime, rouge-score: pure Python) is built into a wheel here.

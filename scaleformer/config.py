@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING
 
-from scaleformer.errors import ConfigError, check
+from scaleformer.errors import check
 
 
 def runtime(default: Any = MISSING, *, factory: Any = None) -> Any:
@@ -52,6 +52,9 @@ class BackboneConfig:
     max_positions: int | None = None
     attn_implementation: str | None = "sdpa"
     gradient_checkpointing: bool = False
+    # torch.compile every encoder layer with this backend (e.g. inductor; null: eager). Chunks share one
+    # shape, so a graph serves them all; fused kernels round differently, so an option, not a default.
+    compile_encoder: str | None = runtime(None)
 
     def __post_init__(self) -> None:
         check(self.pretrained is not None or self.arch in ("bart", "t5"), "backbone.arch", self.arch,
@@ -193,8 +196,8 @@ class OptimConfig:
     # A non-finite (NaN/inf) training loss stops the run with an error naming the step; true logs a
     # warning instead and keeps training (the weights are then usually NaN too).
     allow_nonfinite_loss: bool = runtime(False)  # only decides whether a diverged run stops
-    # AdamW's fused kernel (one launch for every parameter): null = on CUDA, where it is torch's fastest;
-    # true elsewhere too (the CPU has one); the same update to rounding (1e-7 relative in fp32).
+    # AdamW's fused kernel (one pass for every parameter): null = where torch has it (CUDA, CPU); the same
+    # update to rounding (1e-7 relative in fp32); false: torch's default (for-loop on a CPU, foreach on CUDA).
     fused: bool | None = runtime(None)
 
     def __post_init__(self) -> None:
@@ -214,7 +217,7 @@ class TrainerConfig:
 
     Keys named here are typed and range-checked; any other key of the `trainer` group (e.g.
     ``strategy``, ``num_nodes``, ``plugins``, ``deterministic``) is passed to ``lightning.Trainer``
-    as is (see :func:`trainer_config`) and validated by Lightning itself.
+    as is (see :func:`scaleformer.runs.context.trainer_config`) and validated by Lightning itself.
     """
 
     max_steps: int = runtime(1000)  # raising it continues the same run
@@ -234,11 +237,13 @@ class TrainerConfig:
     # Steady-state time, phases, syncs, FLOPs and memory of training, and generation's time, into
     # metrics.json's ``cost`` (scaleformer.runs.cost): per setting and input length (fractions of the batch's),
     # cost_warmup untimed then cost_repeats timed micro-batches; training ends with the schedule. For dry runs:
-    # it cuts inputs and toggles method.checkpoint_chunks.
+    # it cuts inputs and toggles method.checkpoint_chunks. cost_bare: each timed micro-batch's forward +
+    # backward again, bare, right after it (the framework's overhead is the difference).
     measure_cost: bool = runtime(False)
     cost_warmup: int = runtime(3)
     cost_repeats: int = runtime(10)
     cost_lengths: list[float] = runtime(factory=lambda: [1.0, 0.5])
+    cost_bare: bool = runtime(False)
     # Export the trained model to <run>/model (a Hugging Face folder); the dry run's random weights are not.
     export_model: bool = runtime(True)
     # "last": continue from this run's newest checkpoint when it has one (else start fresh);
@@ -272,31 +277,6 @@ class TrainerConfig:
         check(self.precision in PRECISIONS, "trainer.precision", self.precision, f"must be one of {', '.join(PRECISIONS)}")
         for s in self.eval_splits:
             check(s in ("validation", "test"), "trainer.eval_splits", s, "entries must be validation or test")
-
-
-def trainer_config(raw: DictConfig | dict[str, Any]) -> TrainerConfig:
-    """Type the keys :class:`TrainerConfig` names; check the others are ``lightning.Trainer`` arguments."""
-    import inspect
-
-    from lightning.pytorch import Trainer
-
-    raw = OmegaConf.to_container(raw, resolve=True) if isinstance(raw, DictConfig) else dict(raw)
-    known = {f.name for f in fields(TrainerConfig)} - {"extra"}
-    extra = {k: v for k, v in raw.items() if k not in known}
-    accepted = set(inspect.signature(Trainer.__init__).parameters) - {"self"}
-    ours = {"logger", "callbacks", "enable_checkpointing", "default_root_dir"}  # built by the run itself
-    for k in extra:
-        check(k in accepted and k not in ours, f"trainer.{k}", extra[k],
-              "is not an argument of lightning.pytorch.Trainer" if k not in accepted else
-              "is set by the run (use the logger/callbacks groups and paths.*)")
-    schema = OmegaConf.structured(TrainerConfig)
-    try:
-        merged = OmegaConf.merge(schema, {k: v for k, v in raw.items() if k in known})
-    except Exception as e:
-        raise ConfigError(f"trainer: {str(e).splitlines()[0]}{_key_hint(e)}") from None
-    obj: TrainerConfig = OmegaConf.to_object(merged)
-    obj.extra = extra
-    return obj
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """An artifact's cost table rendered: the markdown and JSON files of a dry run, and the README's cost block.
 
 The numbers come from :mod:`scaleformer.artifacts.costs` (what each cell measured, the paper profile's
-arithmetic) and :mod:`scaleformer.artifacts.cost_fit` (steady-state statistics and fits); this module
+arithmetic) and :mod:`scaleformer.runs.cost_fit` (steady-state statistics and fits); this module
 only lays them out.
 """
 

@@ -29,9 +29,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from scaleformer.artifacts import cost_fit
 from scaleformer.artifacts.grid import Cell, check_profile, column_label, expand_grid
 from scaleformer.compose import compose_config
+from scaleformer.runs import cost_fit
 
 GB = 1e9
 DEVICES_GB = (24, 40, 80)
@@ -89,7 +89,7 @@ def measured(result: Any, paper_cap: int | None = None) -> dict[str, Any] | None
     own length, capped at the paper profile's ``data.max_input_tokens``); None when nothing was measured.
 
     A steady-state record (groups of warm-up and timed micro-batches at two lengths or more) is read through
-    :mod:`scaleformer.artifacts.cost_fit`; a single-step record of the earlier probe by scaling its one timed
+    :mod:`scaleformer.runs.cost_fit`; a single-step record of the earlier probe by scaling its one timed
     step (:func:`step_factor`)."""
     cost = result.cost or {}
     steps = cost.get("train_steps") or []

@@ -151,3 +151,29 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, *, n: int | None = Non
     seconds = statistics.median(times)
     return {"tflops": 2 * n**3 / seconds / 1e12, "n": n, "dtype": str(dtype).removeprefix("torch."),
             "repeats": repeats, "device": str(device)}
+
+
+COMPUTE_DTYPES = {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64}
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    """The dtype a run's matmuls take under Lightning's precision string (``bf16-mixed`` -> bfloat16)."""
+    return next((d for k, d in COMPUTE_DTYPES.items() if str(precision).startswith(k)), torch.float32)
+
+
+def profiler_activities(device: torch.device) -> list[Any]:
+    """What torch.profiler records on ``device``: the host's operators, and the GPU's kernels on CUDA."""
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    return [*acts, torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else acts
+
+
+def count_ops(prof: Any) -> dict[str, int | None]:
+    """Operators of one micro-batch's cycle: every call into torch's dispatcher (``aten::``), those called
+    from outside another operator (what Python asked for), and on a GPU the kernels launched."""
+    events = list(prof.events())
+    aten = [e for e in events if e.name.startswith("aten::")]
+    top = [e for e in aten if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
+    kernels = [e for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    cuda = any(a == torch.profiler.ProfilerActivity.CUDA for a in getattr(prof, "activities", ()))
+    return {"aten_ops_per_step": len(aten), "top_level_ops_per_step": len(top),
+            "kernels_per_step": len(kernels) if cuda else None}

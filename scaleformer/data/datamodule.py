@@ -160,6 +160,11 @@ class SummarizationDataModule(pl.LightningDataModule):
         offsets = self.datasets[split].arrays.get("prefix_offsets")
         return np.diff(offsets) if offsets is not None else np.zeros(0, dtype=np.int64)
 
+    def longest(self, split: str, field: str = "input") -> int:
+        """Tokens of the longest input (``field="input"``) or target (``"label"``) of a loaded split."""
+        offsets = self.datasets[split].arrays.get(f"{field}_offsets")
+        return int(np.diff(offsets).max(initial=0)) if offsets is not None else 0
+
     def longest_prefix(self) -> int:
         """Tokens of the longest query prefix in the loaded splits (0 without prefixes): for start-up checks."""
         return max((int(self.prefix_lengths(s).max(initial=0)) for s in self.datasets), default=0)

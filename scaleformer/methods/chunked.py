@@ -64,7 +64,9 @@ class ChunkedConfig(MethodConfig):
     one_pass_training: bool = True
     # Training: recompute each encoder micro-batch in backward (activation checkpointing per micro-batch)
     # instead of keeping every chunk's activations; the same numbers (random state restored), more time.
-    checkpoint_chunks: bool = False
+    # null: on only when the memory model says a step on the longest training document would not fit the
+    # device (scaleformer.ops.memory; decided when training starts, and logged).
+    checkpoint_chunks: bool | None = None
     # False: chunks are raw slices of the tokenized document, as SLED: no token budget spent on per-chunk
     # specials, and the decoder sees the document's own <s>..</s> once (ScaleFormer's boundaries are then
     # content tokens except at the document's edges). True: each chunk is wrapped in the backbone's

@@ -34,6 +34,7 @@ from scaleformer.model.readers import RECIPES
 from scaleformer.model.spec import BackboneSpec
 from scaleformer.model.tokenizer import load_offline_tokenizer, special_token_ids
 from scaleformer.ops import compat
+from scaleformer.ops.spans import encoder_layers
 from scaleformer.resources import ASSET_PREFIX, assets_dir, resolve_asset
 
 _LOCAL_HINT = ("Download it on a connected machine (`hf download {id} --local-dir DIR`) and set "
@@ -178,6 +179,14 @@ def unpickling_reason(e: Exception) -> str:
     return m.group(1).strip() if m else (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
+def compile_encoder(model: PreTrainedModel, backend: str) -> None:
+    """Compile each encoder layer in place (``nn.Module.compile``): the encoder runs its layers on chunk
+    micro-batches of one width, where launch overhead, not arithmetic, bounds a small model on a GPU.
+    Dynamic shapes after the first recompilation (the last micro-batch has fewer rows)."""
+    for layer in encoder_layers(model.get_encoder()):
+        layer.compile(backend=backend)
+
+
 def build_model(cfg: BackboneConfig, conf: PretrainedConfig, weights: bool = True) -> PreTrainedModel:
     """The backbone: pretrained weights when ``cfg.pretrained`` (and ``weights``), else random ones."""
     kwargs: dict[str, Any] = {}
@@ -201,6 +210,8 @@ def build_model(cfg: BackboneConfig, conf: PretrainedConfig, weights: bool = Tru
         model.train()
     else:
         model = AutoModelForSeq2SeqLM.from_config(conf, **kwargs)
+    if cfg.compile_encoder:
+        compile_encoder(model, cfg.compile_encoder)
     if cfg.gradient_checkpointing and not compat.enable_checkpointing(model):
         raise ConfigError(f"backbone.gradient_checkpointing=true: {type(model).__name__} supports no activation "
                           "checkpointing; set it to false")

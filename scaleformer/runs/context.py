@@ -16,12 +16,37 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scaleformer.config import Config, _key_hint, trainer_config
+from scaleformer.config import Config, TrainerConfig, _key_hint
 from scaleformer.errors import ConfigError, check
 from scaleformer.methods import method_config
 from scaleformer.runs import identity
 from scaleformer.runs.cost_schedule import schedule_steps
 from scaleformer.runs.run_config import RunConfig
+
+
+def trainer_config(raw: DictConfig | dict[str, Any]) -> TrainerConfig:
+    """Type the keys :class:`TrainerConfig` names; check the others are ``lightning.Trainer`` arguments."""
+    import inspect
+
+    from lightning.pytorch import Trainer
+
+    raw = OmegaConf.to_container(raw, resolve=True) if isinstance(raw, DictConfig) else dict(raw)
+    known = {f.name for f in fields(TrainerConfig)} - {"extra"}
+    extra = {k: v for k, v in raw.items() if k not in known}
+    accepted = set(inspect.signature(Trainer.__init__).parameters) - {"self"}
+    ours = {"logger", "callbacks", "enable_checkpointing", "default_root_dir"}  # built by the run itself
+    for k in extra:
+        check(k in accepted and k not in ours, f"trainer.{k}", extra[k],
+              "is not an argument of lightning.pytorch.Trainer" if k not in accepted else
+              "is set by the run (use the logger/callbacks groups and paths.*)")
+    schema = OmegaConf.structured(TrainerConfig)
+    try:
+        merged = OmegaConf.merge(schema, {k: v for k, v in raw.items() if k in known})
+    except Exception as e:
+        raise ConfigError(f"trainer: {str(e).splitlines()[0]}{_key_hint(e)}") from None
+    obj: TrainerConfig = OmegaConf.to_object(merged)
+    obj.extra = extra
+    return obj
 
 
 def to_config(cfg: DictConfig, checked: tuple[Config, DictConfig] | None = None) -> RunConfig:

@@ -8,18 +8,20 @@ micro-batches, then ``trainer.cost_repeats`` timed ones. The warm-ups take a new
 (allocator growth, kernel selection; one GPU step after a one-step warm-up still carried them) and the
 probes, so the timed micro-batches run with nothing attached: the first counts the FLOPs (matmuls and
 attention, forward and backward: :func:`scaleformer.ops.compat.flop_counter`; the encoder's forward apart),
-the second the host-device synchronisations (CUDA's sync debug mode; a CPU has none), the last the peak
-memory (:class:`scaleformer.bench.measure.MemoryProbe`). Each timed micro-batch's cycle (the previous one's
+the second the host-device synchronisations (CUDA's sync debug mode; a CPU has none) and the operators of
+its whole cycle (torch.profiler: dispatcher calls, and kernels on a GPU), the last the peak memory
+(:class:`scaleformer.bench.measure.MemoryProbe`). Each timed micro-batch's cycle (the previous one's
 end to its end) is split at Lightning's hooks into data (the collate function's time), forward (to
 ``on_before_backward``), backward, optimiser (from ``on_before_optimizer_step``: clipping, the step, the
 scheduler) and other (callbacks, logging, the loop). On a GPU these are CUDA events, read with one
 synchronisation after each group's last timed micro-batch; on a CPU, host clocks. The matmul rate the
-table's MFU divides by is measured before the first step, in this process, at the run's precision. Training
-ends when the schedule is done.
+table's MFU divides by is measured before the first step, in this process, at the run's precision. With
+``trainer.cost_bare``, each timed micro-batch's forward + backward runs again alone right after it (the
+framework's overhead is the pair's difference). Training ends when the schedule is done.
 
-Generation, per ``predict`` call (one per evaluated split), after an untimed two-token warm-up on its first
-batch: seconds, of which encoding (the method's ``encode``), and the peak. The record goes into
-``metrics.json`` under ``cost``; :mod:`scaleformer.artifacts.costs` turns a grid's records into its table.
+Generation's half (per ``predict`` call, encoding apart) is :class:`scaleformer.runs.cost_generate.GenerationProbe`.
+The record goes into ``metrics.json`` under ``cost``; :mod:`scaleformer.artifacts.costs` turns a grid's
+records into its table.
 
 Off by default: it cuts inputs and toggles checkpointing, which a run that trains for its scores must not.
 """
@@ -31,45 +33,44 @@ import logging
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 
-from scaleformer.bench.measure import MemoryProbe, matmul_peak, sync
+from scaleformer.bench.measure import (
+    compute_dtype,
+    count_ops,
+    matmul_peak,
+    profiler_activities,
+)
 from scaleformer.ops import compat
+from scaleformer.runs.cost_generate import GenerationProbe
 from scaleformer.runs.cost_schedule import settings
 
 log = logging.getLogger("scaleformer")
-PHASES = ("data", "forward", "backward", "optimizer", "other")
-MARKS = ("start", "forward", "backward", "optimizer", "end")
-COMPUTE_DTYPES = {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64}
 
 
-def compute_dtype(precision: str) -> torch.dtype:
-    """The dtype a run's matmuls take under Lightning's precision string (``bf16-mixed`` -> bfloat16)."""
-    return next((d for k, d in COMPUTE_DTYPES.items() if str(precision).startswith(k)), torch.float32)
-
-
-class CostProbe(pl.Callback):
+class CostProbe(GenerationProbe):
     """Steady-state times, phases, syncs, FLOPs and memory of training; generation's time (module docstring)."""
 
-    def __init__(self, warmup: int = 3, repeats: int = 10, lengths: Sequence[float] = (1.0, 0.5)) -> None:
+    def __init__(self, warmup: int = 3, repeats: int = 10, lengths: Sequence[float] = (1.0, 0.5),
+                 bare: bool = False, setting_names: Sequence[str] | None = None) -> None:
         if warmup < 1 or repeats < 1 or not lengths:
             raise ValueError(f"cost schedule needs warm-up >= 1, repeats >= 1 and a length; got {warmup}, "
                              f"{repeats}, {list(lengths)}")
         self.warmup, self.repeats, self.lengths = warmup, repeats, [float(x) for x in lengths]
+        super().__init__()
+        self.bare = bare  # each timed micro-batch's forward + backward again, alone, right after it
+        # the settings the run's config asks for (checkpoint_chunks=null may be decided before fit starts)
+        self.setting_names = list(setting_names) if setting_names is not None else None
         self.groups: list[dict[str, Any]] = []
         self.steps: list[dict[str, Any]] = []
-        self.generate: list[dict[str, Any]] = []
         self.peak: dict[str, Any] = {}
-        self._probe: MemoryProbe | None = None
-        self._t0 = 0.0
-        self._base: int | None = None
         self._flops: Any = None
         self._syncs: Any = None  # the warnings recorder of the sync-counting micro-batch
-        self._toggled: Any = None  # the method config whose checkpoint_chunks this group switched on
+        self._ops: Any = None  # the profiler of the op-counting micro-batch's cycle
+        self._toggled: Any = None  # (method config, its checkpoint_chunks) while a group sets its own
         self._slot: tuple[int, int] | None = None  # (group, index in it) of the running micro-batch
         self._host: dict[str, float] = {}  # mark -> perf_counter of the running micro-batch
         self._events: dict[str, Any] = {}  # mark -> CUDA event (timed micro-batches on a GPU)
@@ -78,16 +79,18 @@ class CostProbe(pl.Callback):
         self._data_s = 0.0
         self.scaling = "linear"  # "bounded" for methods that read a window whatever the input's length
         self.train_scaling = "linear"  # the same for training (Unlimiformer's standard mode trains on a window)
-        self.model: dict[str, int] = {}  # the decoder's size: how generation's cost grows with the input
         self._scaled = False  # whether the scaling above was read (at the first micro-batch)
-        self._wrapped: list[Any] = []  # methods whose encode is timed (an instance attribute)
         self._encoder_flops: list[int] = []
-        self._encode_s = 0.0
 
     # ------------------------------------------------------------------------------------ schedule
     @property
     def per_group(self) -> int:
         return self.warmup + self.repeats
+
+    @property
+    def _probe_index(self) -> int:
+        """The warm-up micro-batch that counts syncs and operators (the first runs the FLOP counter)."""
+        return min(1, self.warmup - 1)
 
     def micro_batches(self, method_cfg: Any) -> int:
         """Micro-batches the schedule trains for a method of this config."""
@@ -107,14 +110,10 @@ class CostProbe(pl.Callback):
 
         loader.collate_fn = timed
 
-    def _memory(self, device: torch.device) -> MemoryProbe:
-        if self._probe is None or self._probe.device != device:
-            self._probe = MemoryProbe(device)
-        return self._probe
-
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         cfg = getattr(getattr(pl_module, "method", None), "cfg", None)
-        self.groups = [{"setting": s, "fraction": f} for s in settings(cfg) for f in self.lengths]
+        names = self.setting_names if self.setting_names is not None else settings(cfg)
+        self.groups = [{"setting": s, "fraction": f} for s in names for f in self.lengths]
         self.peak = matmul_peak(pl_module.device, compute_dtype(str(trainer.precision)))
 
     # --------------------------------------------------------------------------------- micro-batches
@@ -135,8 +134,9 @@ class CostProbe(pl.Callback):
         if self._slot is None:
             return
         group, cfg = self.groups[g], getattr(getattr(pl_module, "method", None), "cfg", None)
-        if group["setting"] == "checkpoint" and getattr(cfg, "checkpoint_chunks", True) is False:
-            cfg.checkpoint_chunks, self._toggled = True, cfg
+        if hasattr(cfg, "checkpoint_chunks"):  # the group's setting, whatever training would have chosen
+            self._toggled = (cfg, cfg.checkpoint_chunks)
+            cfg.checkpoint_chunks = group["setting"] == "checkpoint"
         if group["fraction"] < 1:  # the group's length: the batch's inputs cut to a share of their width
             keep = max(1, round(group["fraction"] * batch["input_ids"].shape[1]))
             batch["input_ids"], batch["attention_mask"] = batch["input_ids"][:, :keep], batch["attention_mask"][:, :keep]
@@ -144,12 +144,15 @@ class CostProbe(pl.Callback):
             self._flops = compat.flop_counter()
             self._flops.__enter__()
             self._count_encoder(pl_module)
-        if i == min(1, self.warmup - 1) and pl_module.device.type == "cuda":
+        if i == self._probe_index and pl_module.device.type == "cuda":
             self._syncs = warnings.catch_warnings(record=True)
             recorded = self._syncs.__enter__()
             warnings.simplefilter("always")
             self._syncs.recorded = recorded
             torch.cuda.set_sync_debug_mode("warn")
+        if i == self._probe_index and self._ops is None:  # the run's first micro-batch: no previous end to start at
+            self._ops = torch.profiler.profile(activities=profiler_activities(pl_module.device))
+            self._ops.__enter__()
         if i == self.warmup - 1:
             self._base = self._memory(pl_module.device).start()
         self._events = {}
@@ -171,6 +174,19 @@ class CostProbe(pl.Callback):
         device = pl_module.device
         self._mark("end", device)
         g, i = self._slot
+        if self._syncs is not None:  # closed first: stopping the profiler below synchronises the device itself
+            torch.cuda.set_sync_debug_mode(0)
+            self.groups[g]["syncs_per_step"] = sum("synchroniz" in str(w.message) for w in self._syncs.recorded)
+            self._syncs.__exit__(None, None, None)
+            self._syncs = None
+        if self._ops is not None:
+            self._ops.__exit__(None, None, None)
+            self.groups[g].update(count_ops(self._ops))
+            self._ops = None
+            if self.bare:  # the bare forward + backward's operators, to set against the cycle's
+                with torch.profiler.profile(activities=profiler_activities(device)) as prof:
+                    self._time_bare(trainer, pl_module, batch, {})
+                self.groups[g].update({f"bare_{k}": v for k, v in count_ops(prof).items()})
         group = self.groups[g]
         tokens = batch["attention_mask"].sum()  # read when the group is resolved: no sync per micro-batch
         targets = (batch["labels"] >= 0).sum()
@@ -184,26 +200,49 @@ class CostProbe(pl.Callback):
         if device.type == "cuda" and not step["warmup"]:
             self._pending.append((step, dict(self._events), prev[1] if prev else self._events.get("start"), self._data_s))
         self._data_s = 0.0
+        if self.bare and not step["warmup"]:
+            self._time_bare(trainer, pl_module, batch, step)
         if i == 0:
             self._close_flops(pl_module, batch, group)
-        if self._syncs is not None:
-            torch.cuda.set_sync_debug_mode(0)
-            group["syncs_per_step"] = sum("synchroniz" in str(w.message) for w in self._syncs.recorded)
-            self._syncs.__exit__(None, None, None)
-            self._syncs = None
         if i == self.warmup - 1:
             group.update(self._memory(device).since(self._base), base_bytes=self._base)
         group.setdefault("_tokens", []).append((tokens, targets))
         self.steps.append(step)
         if self._toggled is not None:
-            self._toggled.checkpoint_chunks, self._toggled = False, None
+            (cfg, chosen), self._toggled = self._toggled, None
+            cfg.checkpoint_chunks = chosen
         if i == self.per_group - 1:
             self._resolve(group)
             if g == len(self.groups) - 1:
                 log.info("cost probe: %d groups x (%d warm-up + %d timed) micro-batches measured; training ends here",
                          len(self.groups), self.warmup, self.repeats)
                 trainer.should_stop = True
-        self._prev_end = (time.perf_counter(), self._events.get("end"))
+        nxt = divmod(len(self.steps), self.per_group)
+        if nxt[0] < len(self.groups) and nxt[1] == self._probe_index:  # the next cycle's operators, from here
+            self._ops = torch.profiler.profile(activities=profiler_activities(device))
+            self._ops.__enter__()
+        # the next cycle starts here: after this micro-batch's bare pair, which it must not pay for
+        self._prev_end = (time.perf_counter(), (step.get("_bare_events") or (None, self._events.get("end")))[1])
+
+    def _time_bare(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, step: dict[str, Any]) -> None:
+        """The micro-batch's forward + backward alone, as the step's closure runs them (gradients zeroed, the
+        precision's autocast), with no loop, hook, log or optimiser around them: paired with the step it
+        follows, the difference is the framework's overhead, and the machine's drift cancels in the pair.
+        Its gradients are dropped (the next step zeroes them anyway); it draws from the random state."""
+        cuda = pl_module.device.type == "cuda"
+        events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if cuda else None
+        t0 = time.perf_counter()
+        if events:
+            events[0].record()
+        pl_module.zero_grad(set_to_none=True)
+        with trainer.precision_plugin.train_step_context():
+            loss = pl_module(batch)
+        loss.backward()
+        if events:
+            events[1].record()
+            step["_bare_events"] = events
+        step["bare_s"] = time.perf_counter() - t0
+        pl_module.zero_grad(set_to_none=True)
 
     def _close_flops(self, pl_module: pl.LightningModule, batch: Any, group: dict[str, Any]) -> None:
         self._flops.__exit__(None, None, None)
@@ -227,6 +266,9 @@ class CostProbe(pl.Callback):
                 step["host_time_s"], step["host_phases"] = step["time_s"], step["phases"]
                 elapsed = {k: prev.elapsed_time(e) / 1e3 for k, e in events.items()} if prev is not None else {}
                 step["time_s"], step["phases"] = _split({**elapsed, "start": elapsed.get("start", 0.0)}, 0.0, data)
+                if "_bare_events" in step:
+                    start, end = step.pop("_bare_events")
+                    step["host_bare_s"], step["bare_s"] = step["bare_s"], start.elapsed_time(end) / 1e3
             self._pending = []
         counted = group.pop("_tokens")
         group["input_tokens"] = int(counted[-1][0])
@@ -249,32 +291,6 @@ class CostProbe(pl.Callback):
         self._around_encoder(pl_module, before, after)
         self._encoder_flops = counted
 
-    def _around_encoder(self, pl_module: pl.LightningModule, before: Any, after: Any) -> None:
-        """Run ``before``/``after`` around each encoding of a batch: the method's ``encode``, not the encoder
-        module's forward, which ScaleFormer's kept-position last layer runs around (its generation's
-        encoding read 0 s through forward hooks on the first GPU dry run)."""
-        method = pl_module.method
-        inner, depth = method.encode, [0]
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            depth[0] += 1
-            if depth[0] == 1:
-                before()
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                depth[0] -= 1
-                if not depth[0]:
-                    after()
-
-        method.encode = timed  # an instance attribute over the class's method, removed by _unwrap
-        self._wrapped = [method]
-
-    def _unwrap(self) -> None:
-        for method in self._wrapped:
-            vars(method).pop("encode", None)
-        self._wrapped = []
-
     def _stop_counting(self) -> int | None:
         self._unwrap()
         return self._encoder_flops[0] if self._encoder_flops else None
@@ -284,64 +300,14 @@ class CostProbe(pl.Callback):
             self._flops.__exit__(None, None, None)
             self._flops = None
             self._stop_counting()
+        if self._ops is not None:
+            self._ops.__exit__(None, None, None)
+            self._ops = None
         if self._syncs is not None:
             with contextlib.suppress(Exception):
                 torch.cuda.set_sync_debug_mode(0)
             self._syncs.__exit__(None, None, None)
             self._syncs = None
-
-    # ------------------------------------------------------------------------------------ generation
-    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # Encoding apart from decoding: the two grow differently with the input (scaleformer.artifacts.costs).
-        self._encode_s, started = 0.0, [0.0]
-        device = pl_module.device
-
-        def before() -> None:
-            sync(device)
-            started[0] = time.perf_counter()
-
-        def after() -> None:
-            sync(device)
-            self._encode_s += time.perf_counter() - started[0]
-
-        self._around_encoder(pl_module, before, after)
-        self._start_timing(device)
-
-    def _start_timing(self, device: torch.device) -> None:
-        self._encode_s = 0.0
-        self._base = self._memory(device).start()
-        self._t0 = time.perf_counter()
-
-    def on_predict_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                               batch_idx: int, dataloader_idx: int = 0) -> None:
-        # The first generation of a process pays one-time costs: on the first GPU dry run its first cell
-        # took 62 s against 8-10 s for the same lengths after it. Two new tokens of the first batch,
-        # untimed and in predict's precision, take them; the timing restarts after.
-        if batch_idx:
-            return
-        timed = pl_module.gen_cfg
-        pl_module.gen_cfg = replace(timed, max_new_tokens=min(2, timed.max_new_tokens), min_new_tokens=0)
-        try:
-            with torch.no_grad(), trainer.precision_plugin.predict_step_context():
-                pl_module.generate(batch)
-        finally:
-            pl_module.gen_cfg = timed
-        self._start_timing(pl_module.device)
-
-    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        sync(pl_module.device)
-        seconds = time.perf_counter() - self._t0
-        self._unwrap()
-        self.generate.append({"time_s": round(seconds, 4), "encode_s": round(self._encode_s, 4),
-                              **self._memory(pl_module.device).since(self._base), "base_bytes": self._base})
-        if "decoder_params" not in self.model:
-            decoder = pl_module.model.get_decoder()
-            layers = getattr(decoder, "layers", None) or getattr(decoder, "block", None) or ()  # BART / T5
-            # the weights a generated token multiplies through: the layers and the output projection
-            params = [*(p for layer in layers for p in layer.parameters()),
-                      *pl_module.model.get_output_embeddings().parameters()]
-            self.model.update(d_model=int(decoder.config.d_model), decoder_layers=len(layers),
-                              decoder_params=sum(p.numel() for p in params))
 
     def record(self, precision: str) -> dict[str, Any]:
         """What ``metrics.json`` keeps under ``cost``."""
@@ -352,7 +318,7 @@ class CostProbe(pl.Callback):
         return {"device": str(dev), "precision": precision, "probe": "steady-state",
                 "memory": "cuda max_memory_allocated" if dev.type == "cuda" else "process peak RSS (VmHWM)",
                 "timer": "cuda events" if dev.type == "cuda" else "host clock",
-                "schedule": {"warmup": self.warmup, "repeats": self.repeats, "lengths": self.lengths},
+                "schedule": {"warmup": self.warmup, "repeats": self.repeats, "lengths": self.lengths, "bare": self.bare},
                 "matmul_peak": self.peak, "length_scaling": self.scaling, "train_length_scaling": self.train_scaling,
                 "model": self.model, "train_groups": self.groups, "train_steps": self.steps, "generate": self.generate}
 

@@ -7,9 +7,11 @@ from typing import Any
 
 
 def settings(method_cfg: Any) -> list[str]:
-    """What a method is timed as: configured, plus with its chunks recomputed when it could be."""
-    ckpt = getattr(method_cfg, "checkpoint_chunks", None)
-    return ["plain", "checkpoint"] if ckpt is False else ["checkpoint" if ckpt else "plain"]
+    """What a method is timed as: with and without its chunks recomputed, unless it has no such setting
+    (plain only) or is configured to recompute them (checkpoint only: plain may not fit)."""
+    if not hasattr(method_cfg, "checkpoint_chunks"):
+        return ["plain"]
+    return ["checkpoint"] if method_cfg.checkpoint_chunks is True else ["plain", "checkpoint"]
 
 
 def schedule_steps(trainer: Any, method_cfg: Any) -> int:

@@ -28,7 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from scaleformer.config import DataConfig, OptimConfig, PathsConfig, TrainerConfig, runtime_fields
+from scaleformer.config import (
+    BackboneConfig,
+    DataConfig,
+    OptimConfig,
+    PathsConfig,
+    TrainerConfig,
+    runtime_fields,
+)
 from scaleformer.errors import ConfigError
 from scaleformer.model.readers import recipe_fingerprint
 
@@ -46,7 +53,8 @@ def not_training() -> dict[str, tuple[str, ...]]:
     """Keys of the training groups that change neither the trained weights nor their name: the schema
     fields marked ``runtime`` (:func:`scaleformer.config.runtime`), and the Lightning arguments the
     trainer group passes through unnamed (``TrainerConfig.RUNTIME_EXTRA``)."""
-    return {"optim": runtime_fields(OptimConfig), "data": runtime_fields(DataConfig),
+    return {"backbone": runtime_fields(BackboneConfig), "optim": runtime_fields(OptimConfig),
+            "data": runtime_fields(DataConfig),
             "trainer": runtime_fields(TrainerConfig) + TrainerConfig.RUNTIME_EXTRA}
 
 

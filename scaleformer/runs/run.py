@@ -43,6 +43,8 @@ from scaleformer.runs.callbacks import ExactResume, log_metrics
 from scaleformer.runs.console import count_parameters, log_to_file, quiet, summary_table
 from scaleformer.runs.context import RunConfig, RunContext, to_config
 from scaleformer.runs.cost import CostProbe
+from scaleformer.runs.cost_schedule import settings
+from scaleformer.runs.memory import resolve_checkpointing
 from scaleformer.runs.module import SummarizationModule
 from scaleformer.runs.results import Results
 from scaleformer.runs.trainer import build_trainer, instantiate_all
@@ -183,7 +185,8 @@ def prepare(ctx: RunContext, ckpt: Path | None) -> Parts:
     loggers, callbacks = instantiate_all(rc.logger, "logger"), instantiate_all(rc.callbacks, "callbacks")
     resume = ExactResume(batch_size=rc.data.batch_size)
     t = rc.trainer
-    cost = CostProbe(t.cost_warmup, t.cost_repeats, t.cost_lengths) if t.measure_cost else None
+    cost = CostProbe(t.cost_warmup, t.cost_repeats, t.cost_lengths, t.cost_bare, settings(rc.method)) \
+        if t.measure_cost else None
     trainer = build_trainer(ctx, loggers, [*callbacks, resume, *([cost] if cost else [])])
 
     dm = SummarizationDataModule(rc.data, tokenizer, seed=rc.seed)
@@ -234,6 +237,8 @@ def train_or_load(ctx: RunContext, parts: Parts, module: SummarizationModule, ck
     parts.resume.sampler = train_loader.sampler
     if parts.cost is not None:
         parts.cost.watch_loader(train_loader)
+    resolve_checkpointing(parts.method, module.model.backbone, str(trainer.precision), trainer.strategy.root_device,
+                          dm.longest("train"), dm.longest("train", "label"))
     trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=dm.val_dataloader() if has_val else None,
                 ckpt_path=str(ckpt) if ckpt else None, **compat.fit_kwargs(trainer.fit, weights_only=True))
     return int(trainer.global_step), time.time() - t0, True

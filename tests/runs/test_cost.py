@@ -7,7 +7,9 @@ import pytest
 import torch
 from conftest import compose
 
-from scaleformer.runs.cost import CostProbe, _split, compute_dtype
+from scaleformer.bench.measure import compute_dtype
+from scaleformer.runs import cost_fit
+from scaleformer.runs.cost import CostProbe, _split
 from scaleformer.runs.run import run
 
 SMALL = ["backbone=tiny_bart", "data=synthetic", "data.synthetic_docs.train=4", "data.synthetic_words=400",
@@ -29,7 +31,7 @@ def test_the_schedule_is_settings_by_lengths_of_warm_ups_then_timed_micro_batche
     groups, steps = cost["train_groups"], cost["train_steps"]
     assert [(g["setting"], g["fraction"]) for g in groups] == [
         ("plain", 1.0), ("plain", 0.5), ("checkpoint", 1.0), ("checkpoint", 0.5)]
-    assert cost["schedule"] == {"warmup": 3, "repeats": 3, "lengths": [1.0, 0.5]}
+    assert cost["schedule"] == {"warmup": 3, "repeats": 3, "lengths": [1.0, 0.5], "bare": False}
     assert len(steps) == 4 * 6 and sled_cost["train_steps"] == 24  # training ends with the schedule (max 100)
     for g in range(4):
         mine = [s for s in steps if s["group"] == g]
@@ -61,6 +63,19 @@ def test_timed_micro_batches_split_their_cycle_into_phases(sled_cost):
 def test_a_method_without_chunks_is_timed_in_its_one_setting(tmp_path):
     out = run(compose([*SMALL, "method=truncation", "++trainer.cost_lengths=[1.0]", f"paths.root={tmp_path}"]))
     assert [g["setting"] for g in out["cost"]["train_groups"]] == ["plain"] and out["train_steps"] == 6
+
+
+def test_each_timed_micro_batch_pairs_with_its_bare_forward_and_backward(tmp_path):
+    """trainer.cost_bare: the framework's overhead is each pair's difference (cost_fit reads its median)."""
+    out = run(compose([*SMALL, "method=sled", "method.chunk_size=128", "method.overlap=16", "++trainer.cost_bare=true",
+                       "++trainer.cost_lengths=[1.0]", "++trainer.cost_repeats=4", f"paths.root={tmp_path}"]))
+    steps = out["cost"]["train_steps"]
+    assert all(s["bare_s"] > 0 for s in steps if not s["warmup"]) and not any("bare_s" in s for s in steps if s["warmup"])
+    plain = next(g for g in cost_fit.groups(out["cost"]) if g["setting"] == "plain")
+    mine = [s for s in steps if s["group"] == 0 and not s["warmup"]]
+    assert plain["overhead_s"] == pytest.approx(cost_fit.quartiles([s["time_s"] - s["bare_s"] for s in mine])[1])
+    group = out["cost"]["train_groups"][0]
+    assert 0 < group["bare_aten_ops_per_step"] < group["aten_ops_per_step"]  # the loop and optimiser add operators
 
 
 def test_split_reads_phases_from_the_hooks_marks():

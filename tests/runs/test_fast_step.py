@@ -13,10 +13,11 @@ import copy
 
 import pytest
 import torch
-from tiny_models import BART, METHODS, T5, batch, tiny
+from tiny_models import BART, METHODS, SMALL, T5, batch, tiny
 
 from scaleformer.config import OptimConfig
 from scaleformer.methods import build_method, method_config
+from scaleformer.model.backbone import compile_encoder
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
 from scaleformer.runs.module import SummarizationModule
 
@@ -42,9 +43,8 @@ def _module(arch: str, name: str, kw: dict, fast: bool) -> tuple[SummarizationMo
     model, spec = tiny(arch)
     model.train()
     _no_dropout(model)
-    knobs = {"one_pass_training": fast, "encoder_batch_size": 2} if "chunk_size" in kw or name in (
-        "sled", "scaleformer", "scaleformer_middle", "scaleformer_middle_query", "scaleformer_middle_query_lift",
-        "unlimiformer", "memorizing") else {}
+    chunked = hasattr(method_config({"name": name, **kw}), "one_pass_training")
+    knobs = {"one_pass_training": fast, "encoder_batch_size": 2} if chunked else {}
     method = build_method(method_config({"name": name, **kw, **knobs}), spec)
     module = SummarizationModule(ScaleformerForConditionalGeneration.from_parts(method.wrap(model), method),
                                  method, None, OptimConfig(lr=1e-2, fused=fast))
@@ -96,3 +96,20 @@ class _Trainer:
     """What configure_optimizers reads of a trainer."""
 
     estimated_stepping_batches = 10
+
+
+@pytest.mark.parametrize("arch", ["bart", "t5"])
+def test_a_compiled_encoder_keeps_the_loss_and_gradients(arch, monkeypatch):
+    """backbone.compile_encoder: each encoder layer through torch.compile (aot_eager here: dynamo's graph
+    capture and AOTAutograd's backward, no code generation, so it runs in seconds on a CPU; the gpu tier runs
+    inductor)."""
+    monkeypatch.setattr(SummarizationModule, "trainer", property(lambda self: _Trainer()), raising=False)
+    plain, data = _module(arch, "sled", dict(SMALL), fast=True)
+    compiled, _ = _module(arch, "sled", dict(SMALL), fast=True)
+    compiled.load_state_dict(copy.deepcopy(plain.state_dict()))
+    compile_encoder(compiled.model.backbone, "aot_eager")
+    loss0, grads0 = _grads(plain, data)
+    loss1, grads1 = _grads(compiled, data)
+    assert abs(loss1 - loss0) <= REL * abs(loss0) and _rel(_flat(grads1), _flat(grads0)) <= REL
+    layer = compiled.model.backbone.get_encoder()
+    assert all(getattr(x, "_compiled_call_impl", None) is not None for x in (layer.layers if arch == "bart" else layer.block))

@@ -6,7 +6,9 @@ micro-batches, the median of each phase, the syncs per micro-batch, the counted 
 setting, a least-squares line through the groups' medians, ``seconds = fixed + per_token x tokens``: a step's
 fixed cost (launches, the optimiser, the loop, the decoder at its target length) stays fixed at the paper's
 length, where scaling the whole step by the length multiplied it; FLOPs and peak memory get the same line.
-MFU is the counted FLOPs of the plain setting (the model's work: recomputed chunks are not model FLOPs) over
+Where the probe paired each timed micro-batch with its bare forward + backward, the framework's overhead is
+the median of the pairs' differences (the machine's drift cancels within a pair). MFU is the counted FLOPs
+of the plain setting (the model's work: recomputed chunks are not model FLOPs) over
 the median seconds, over the matmul rate the run measured in its own process.
 """
 
@@ -47,9 +49,14 @@ def groups(cost: dict[str, Any]) -> list[dict[str, Any]]:
         p25, med, p75 = quartiles([s["time_s"] for s in timed])
         phases = {k: statistics.median(s["phases"][k] for s in timed) for k in timed[0].get("phases") or {}}
         tokens = group.get("tokens_per_step") or [group.get("input_tokens", 0)]
-        out.append({**{k: v for k, v in group.items() if k != "tokens_per_step"}, "tokens": statistics.mean(tokens),
-                    "time_s": med, "time_p25_s": p25, "time_p75_s": p75, "time_iqr_s": p75 - p25,
-                    "repeats": len(timed), "phases": phases})
+        row = {**{k: v for k, v in group.items() if k != "tokens_per_step"}, "tokens": statistics.mean(tokens),
+               "time_s": med, "time_p25_s": p25, "time_p75_s": p75, "time_iqr_s": p75 - p25,
+               "repeats": len(timed), "phases": phases}
+        if all("bare_s" in s for s in timed):  # each step paired with its bare forward + backward
+            b25, bare, b75 = quartiles([s["bare_s"] for s in timed])
+            o25, over, o75 = quartiles([s["time_s"] - s["bare_s"] for s in timed])
+            row |= {"bare_s": bare, "bare_iqr_s": b75 - b25, "overhead_s": over, "overhead_iqr_s": o75 - o25}
+        out.append(row)
     return out
 
 

@@ -1,0 +1,148 @@
+"""``make gpu-perf``: table1's training at the paper's shapes on one GPU, optimisations off and on, in one call.
+
+One short lent GPU is enough: the SummScreenFD- and BookSum-shape cells of table1's dry run for truncation,
+SLED and ScaleFormer + Middle (6 cells), each trained twice through the steady-state cost probe
+(:mod:`scaleformer.runs.cost`): ``before`` (the plain step: chunks 16 at a time, the for-loop AdamW, the
+loss logged every micro-batch) and ``after`` (the defaults). Documents are drawn at each data set's mean
+length with no spread and read whole (SummScreenFD ~6.5k tokens, BookSum ~151k): measured at the paper's
+length, where the CPU's dry run scaled 4,096 tokens. Only ``after`` generates (one test document, the cost
+table's generation column). Written: ``OUT/gpu-perf.{md,json}``, a side-by-side table of median step, IQR,
+MFU, peak memory, syncs and kernels per micro-batch; and the cost table rebuilt from the ``after`` records
+(``results/dryrun/table1-gpu.{md,json}`` on a GPU, its 6 cells).
+
+``--tiny``: the same path at tiny shapes (random tiny BART, short documents, a one-warm-up one-timed
+schedule) on whatever device there is, writing everything under OUT: the test tier runs it on the CPU.
+
+    python scripts/gpu_perf.py [--out results/gpu-perf/DATE] [--tables results/dryrun] [--tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from scaleformer.artifacts.cost_report import build_costs
+from scaleformer.artifacts.grid import expand_grid, load_spec, resolve_run_ids
+from scaleformer.artifacts.gridrun import run_grid
+from scaleformer.bench.step import VARIANTS, logged_every_micro_batch, variant_overrides
+from scaleformer.io import atomic_write_text
+from scaleformer.resources import experiments_dir
+from scaleformer.runs import cost_fit
+from scaleformer.runs.results import Results
+
+METHODS = ["truncation", "sled", "scaleformer_middle"]
+DATASETS = ["summscreen", "booksum"]
+# At the paper's length: each document at its data set's mean (no spread), read whole.
+PAPER_LENGTH = {"summscreen": ["data.synthetic_words_spread=0"],
+                "booksum": ["data.synthetic_words_spread=0", "data.max_input_tokens=null"]}
+TINY = ["backbone=tiny_bart", "optim=tiny", "data.synthetic_words=300", "data.synthetic_docs.train=2",
+        "data.max_target_tokens=16", "generation.max_new_tokens=4", "data.max_input_tokens=256",
+        "++trainer.cost_warmup=1", "++trainer.cost_repeats=1"]
+
+
+def spec_for(variant: str, tiny: bool) -> dict[str, Any]:
+    """table1's dry-run profile for the measured cells, with the variant's settings."""
+    spec = copy.deepcopy(load_spec(experiments_dir() / "table1.yaml"))
+    spec["datasets"] = list(DATASETS)
+    prof = spec["profiles"]["dryrun"]
+    extra = ["trainer.eval_splits=[]"] if variant == "before" else []  # generation is measured once, in "after"
+    prof["overrides"] = [*prof["overrides"], *extra, *(TINY if tiny else [])]
+    prof["data_overrides"] = {ds: [*prof.get("data_overrides", {}).get(ds, []), *(() if tiny else PAPER_LENGTH[ds])]
+                              for ds in DATASETS}
+    prof["method_overrides"] = {m: [*prof.get("method_overrides", {}).get(m, []), *variant_overrides(m, variant)]
+                                for m in METHODS}
+    return spec
+
+
+def cell_row(result: Results) -> dict[str, Any]:
+    """The plain setting at its longest length: the numbers the side-by-side table compares."""
+    cost = result.cost or {}
+    plain = [g for g in cost_fit.groups(cost) if g["setting"] == "plain"]
+    g = max(plain, key=lambda x: x["tokens"])
+    peak = (cost.get("matmul_peak") or {}).get("tflops")
+    return {"tokens": round(g["tokens"]), "step_s": g["time_s"], "step_iqr_s": g["time_iqr_s"],
+            "mfu": cost_fit.mfu(g.get("flops"), g["time_s"], peak), "peak_gb": (g.get("mem_peak_bytes") or 0) / 1e9,
+            "syncs_per_step": g.get("syncs_per_step"), "kernels_per_step": g.get("kernels_per_step"),
+            "ops_per_step": g.get("aten_ops_per_step"), "phases": g["phases"], "device": cost.get("device"),
+            "matmul_tflops": peak}
+
+
+def measure(root: Path, tiny: bool, log: Any = print) -> dict[str, Any]:
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for variant in VARIANTS:
+        spec = spec_for(variant, tiny)
+        with logged_every_micro_batch(variant):
+            failed = run_grid(spec, "dryrun", root / variant, force=True, methods=METHODS)
+        if failed:
+            log(f"{variant}: failed cells: {', '.join(failed)}")
+        cells = [c for c in expand_grid(spec, "dryrun", METHODS) if c.available]
+        resolve_run_ids(cells, root / variant)
+        for c in cells:
+            path = c.result_dir / "metrics.json"
+            if path.exists():
+                rows.setdefault((c.method, c.key), {})[variant] = cell_row(Results.from_dict(json.loads(path.read_text())))
+    return {"rows": [{"method": m, "dataset": ds, **v} for (m, ds), v in rows.items()]}
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "–" if not a or not b else f"{a / b:.2f}x"
+
+
+def _n(x: Any, fmt: str = "{:,}") -> str:
+    return "–" if x is None else fmt.format(x)
+
+
+def render(doc: dict[str, Any]) -> str:
+    lines = ["# Training at the GPU's speed: table1's cells, optimisations off and on", "",
+             f"{doc['device']}, {doc['when']}, {doc['wall_time_s']:.0f} s for the whole call; written by `make gpu-perf` "
+             "(scaleformer/artifacts/gpu_perf.py). Per cell, the plain setting at the longest length read (3 untimed "
+             "+ 10 timed micro-batches, median and IQR): before = chunks 16 at a time, for-loop AdamW, loss logged "
+             "every micro-batch; after = the defaults. MFU: the counted FLOPs over the median step over the matmul "
+             "rate measured in the same process.", "",
+             "| method | data | tokens | step s before -> after (IQR) | speed-up | MFU before -> after | peak GB "
+             "before -> after | syncs/step | kernels/step |", "|" + "---|" * 9]
+    for r in doc["rows"]:
+        b, a = r.get("before", {}), r.get("after", {})
+        lines.append(
+            f"| {r['method']} | {r['dataset']} | {_n(a.get('tokens') or b.get('tokens'))} "
+            f"| {_n(b.get('step_s'), '{:.3g}')} -> {_n(a.get('step_s'), '{:.3g}')} ({_n(a.get('step_iqr_s'), '{:.2g}')}) "
+            f"| {_ratio(b.get('step_s'), a.get('step_s'))} "
+            f"| {_n(b.get('mfu'), '{:.1%}')} -> {_n(a.get('mfu'), '{:.1%}')} "
+            f"| {_n(b.get('peak_gb'), '{:.1f}')} -> {_n(a.get('peak_gb'), '{:.1f}')} "
+            f"| {_n(b.get('syncs_per_step'))} -> {_n(a.get('syncs_per_step'))} "
+            f"| {_n(b.get('kernels_per_step'))} -> {_n(a.get('kernels_per_step'))} |")
+    return "\n".join([*lines, ""])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="gpu_perf", description="table1's training cells, optimisations off and on.")
+    ap.add_argument("--out", default=str(Path("results") / "gpu-perf" / time.strftime("%Y-%m-%d")))
+    ap.add_argument("--tiny", action="store_true", help="tiny shapes on any device (the test tier's CPU run)")
+    ap.add_argument("--runs", help="where the runs go (default: a temporary folder)")
+    ap.add_argument("--tables", help="where the rebuilt cost table goes (default: results/dryrun on a GPU, OUT "
+                    "with --tiny or without one)")
+    args = ap.parse_args(argv)
+    out, started = Path(args.out), time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(args.runs or tmp)
+        doc = measure(root, args.tiny)
+        device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+        doc |= {"device": device, "when": time.strftime("%Y-%m-%d %H:%M"), "tiny": args.tiny,
+                "wall_time_s": round(time.time() - started, 1)}
+        atomic_write_text(out / "gpu-perf.json", json.dumps(doc, indent=1) + "\n")
+        atomic_write_text(out / "gpu-perf.md", render(doc))
+        default = out if args.tiny or not torch.cuda.is_available() else Path("results") / "dryrun"
+        tables = Path(args.tables) if args.tables else default
+        written = build_costs(spec_for("after", args.tiny), "dryrun", root / "after", tables, methods=METHODS)
+    print(render(doc))
+    print(f"wrote {out}/gpu-perf.{{md,json}} and {', '.join(str(p) for p in written.values())} "
+          f"in {doc['wall_time_s']:.0f} s")
+    return 0

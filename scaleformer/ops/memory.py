@@ -1,0 +1,66 @@
+"""What a training step on one long document holds in memory: the model behind ``checkpoint_chunks=null``.
+
+Terms, in bytes (Korthikanti et al. 2022 for the activations a transformer layer keeps for backward: 34
+bytes per token per model dimension at 16 bits, the attention probabilities on top when the kernel keeps
+them; they double at 32 bits):
+
+- weights, gradients and AdamW's two moments: 16 bytes per parameter (fp32 masters under mixed precision);
+- the encoder: every chunk row's activations in every layer (``rows x width`` tokens), or with
+  ``checkpoint_chunks`` one micro-batch's plus every kept state (what the decoder reads);
+- the decoder: its target tokens through its layers, with cross-attention over the kept states;
+- the logits and their gradient: ``target x vocabulary`` at 32 bits, twice.
+
+A fused attention kernel (SDPA's flash and memory-efficient ones, flash-attention) keeps no probabilities;
+eager attention keeps ``heads x width x width`` per row and layer. The sum is an estimate for deciding
+whether to recompute chunks, with a margin on top (:data:`MARGIN`, from a measured step): the allocator's
+fragmentation and the transient buffers of a step are not in the terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Headroom over the count: what a real step needed beyond it. The tiny reader's SLED step on 4.6k tokens
+# (fp32, 2 CPU cores) grew the process's peak by 258 MB where the terms below count 178 MB (1.45x:
+# the allocator, backward's transient buffers, what the count leaves out); 2x covers that with room.
+MARGIN = 2.0
+FUSED_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the estimate reads of a backbone and a run."""
+
+    params: int
+    d_model: int
+    heads: int
+    encoder_layers: int
+    decoder_layers: int
+    vocab: int
+    act_bytes: int  # 2 under 16-bit mixed precision, 4 in fp32
+    fused_attention: bool
+
+
+def layer_bytes(tokens: int, width: int, shape: Shape) -> float:
+    """Activations one layer keeps for ``tokens`` tokens in rows of ``width`` (its attention's key length)."""
+    per_token = 34 * shape.d_model * shape.act_bytes / 2
+    scores = 0.0 if shape.fused_attention else 5 * shape.heads * width * shape.act_bytes / 2
+    return tokens * (per_token + scores)
+
+
+def training_bytes(shape: Shape, rows: int, width: int, kept: int, targets: int, *, checkpoint: bool,
+                   micro_rows: int) -> float:
+    """Peak bytes of one training step: ``rows`` encoder rows of ``width`` tokens, ``kept`` states for the
+    decoder, ``targets`` target tokens; ``checkpoint``: one micro-batch of ``micro_rows`` rows kept at once."""
+    state = 16 * shape.params
+    enc_rows = min(micro_rows, rows) if checkpoint else rows
+    encoder = shape.encoder_layers * layer_bytes(enc_rows * width, width, shape)
+    if checkpoint:
+        encoder += kept * shape.d_model * shape.act_bytes
+    # decoder: self-attention over the targets, cross-attention over the kept states (its keys/values, and the
+    # probabilities when the kernel keeps them)
+    cross = 2 * kept * shape.d_model * shape.act_bytes + (0 if shape.fused_attention else
+                                                           shape.heads * targets * kept * shape.act_bytes)
+    decoder = shape.decoder_layers * (layer_bytes(targets, targets, shape) + cross)
+    logits = 2 * targets * shape.vocab * 4
+    return MARGIN * (state + encoder + decoder + logits)

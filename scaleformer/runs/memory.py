@@ -1,0 +1,70 @@
+"""``method.checkpoint_chunks=null``, decided when training starts: chunks are recomputed in backward only
+when a training step on the longest training document would not fit the device, by the memory model
+(:mod:`scaleformer.ops.memory`), so a cell pays the recomputation (a third more encoder FLOPs) only where it
+must. The decision and its numbers go to the run's log.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from scaleformer.bench.measure import compute_dtype
+from scaleformer.ops import compat
+from scaleformer.ops.memory import FUSED_ATTENTION, Shape, training_bytes
+
+log = logging.getLogger("scaleformer")
+
+
+def device_bytes(device: torch.device) -> int | None:
+    """What a step may fill: a GPU's total memory, or the memory a CPU process has available now."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return int(torch.cuda.mem_get_info(index)[1])
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def step_shape(model: torch.nn.Module, precision: str) -> Shape:
+    conf = model.config
+    heads = getattr(conf, "encoder_attention_heads", None) or getattr(conf, "num_heads", 1)
+    return Shape(params=sum(p.numel() for p in model.parameters()), d_model=int(conf.d_model), heads=int(heads),
+                 encoder_layers=int(getattr(conf, "encoder_layers", 0) or conf.num_layers),
+                 decoder_layers=int(getattr(conf, "decoder_layers", 0) or getattr(conf, "num_decoder_layers", 0)
+                                    or conf.num_layers),
+                 vocab=int(conf.vocab_size), act_bytes=compute_dtype(precision).itemsize,
+                 fused_attention=compat.attn_impl(model) in FUSED_ATTENTION)
+
+
+def choose_checkpointing(method: Any, model: torch.nn.Module, precision: str, device: torch.device, longest: int,
+                         targets: int, capacity: int | None = None) -> tuple[bool, str]:
+    """(whether to recompute the chunks, the line that says why) for documents of up to ``longest`` tokens."""
+    shape = step_shape(model, precision)
+    lay = method.layout(torch.tensor([longest]))
+    kept = method.decoder_length(longest)
+    need = training_bytes(shape, lay.table.rows, lay.width, kept, targets, checkpoint=False,
+                          micro_rows=method.cfg.encoder_batch_size or 16)
+    capacity = device_bytes(device) if capacity is None else capacity
+    if capacity is None:
+        return False, "method.checkpoint_chunks=null: off (this device's memory is unknown)"
+    on = need > capacity
+    return on, (f"method.checkpoint_chunks=null: {'on' if on else 'off'}: a training step on the longest training "
+                f"document ({longest:,} tokens, {lay.table.rows} chunks) needs ~{need / 1e9:.1f} GB by the memory "
+                f"model (scaleformer.ops.memory), the {device.type} has {capacity / 1e9:.1f} GB")
+
+
+def resolve_checkpointing(method: Any, model: torch.nn.Module, precision: str, device: torch.device,
+                          longest: int, targets: int) -> None:
+    """Set a chunked method's ``checkpoint_chunks`` left null (auto) for this run's device and data."""
+    if getattr(method.cfg, "checkpoint_chunks", False) is not None:
+        return
+    method.cfg.checkpoint_chunks, why = choose_checkpointing(method, model, precision, device, longest, targets)
+    log.info("%s", why)

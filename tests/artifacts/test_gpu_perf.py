@@ -1,0 +1,29 @@
+"""`make gpu-perf` at tiny shapes on the CPU: the whole path a lent GPU will run (grid -> runs before and after
+-> side-by-side table -> the cost table rebuilt from the after runs), known to work before a GPU comes."""
+
+from __future__ import annotations
+
+import json
+
+from scaleformer.artifacts import gpu_perf
+
+
+def test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert gpu_perf.main(["--tiny", "--out", str(out), "--runs", str(tmp_path / "runs")]) == 0
+    doc = json.loads((out / "gpu-perf.json").read_text())
+    cells = {(r["method"], r["dataset"]) for r in doc["rows"]}
+    assert cells == {(m, d) for m in gpu_perf.METHODS for d in gpu_perf.DATASETS}
+    for r in doc["rows"]:
+        for variant in ("before", "after"):
+            v = r[variant]
+            assert v["step_s"] > 0 and v["step_iqr_s"] >= 0 and 0 < v["mfu"] < 1 and v["peak_gb"] > 0
+            assert v["ops_per_step"] > 0 and v["syncs_per_step"] is None  # a CPU: no device to sync with
+        assert r["after"]["ops_per_step"] < r["before"]["ops_per_step"]  # fused AdamW: fewer operators
+    text = (out / "gpu-perf.md").read_text()
+    assert "| sled | booksum |" in text and "->" in text
+    # the cost table from the after runs (a CPU's, so under OUT and without -gpu): 6 cells, generation timed
+    table = json.loads((out / "table1.json").read_text())
+    assert len(table["rows"]) == 6 and all(r["probe"] == "steady-state" for r in table["rows"])
+    assert all(r["gen_s_doc"] is not None for r in table["rows"])
+    assert "wrote" in capsys.readouterr().out
