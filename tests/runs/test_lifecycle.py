@@ -261,8 +261,8 @@ def test_scrolls_submission_files_follow_the_official_format(tmp_path):
         main([str(ev / "predictions_test.jsonl"), "--out", str(tmp_path / "sub2")])
 
 
-def _train_py(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+def _train_py(*args: str, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
     flags = [a for a in args if a.startswith("-")]  # Hydra's -m before any override
     rest = [a for a in args if not a.startswith("-")]
     return subprocess.run([sys.executable, "train.py", *flags, *TEST_DEFAULTS, *rest], cwd=ROOT, env=env,
@@ -274,7 +274,12 @@ def test_two_ddp_processes_give_the_same_predictions_as_one(tmp_path):
     ckpt = _run_dir(trained, tmp_path / "results") / "checkpoints" / "last.ckpt"
     common = _tiny(tmp_path, "data.synthetic_docs.validation=5", "trainer.do_train=false",
                    f"trainer.ckpt_path={ckpt}", root="ddp")
-    proc = _train_py(*common, "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp")
+    ddp = ("trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp")
+    proc = _train_py(*common, *ddp, env={"GLOO_SOCKET_IFNAME": "lo"})  # both ranks on loopback, one machine
+    if proc.returncode < 0 and "terminate called" in proc.stderr:
+        # gloo's C++ side once aborted rank 1 right after joining, on a loaded CI machine (SIGABRT, no
+        # Python error): the launch is retried once; a second crash, or any Python error, still fails
+        proc = _train_py(*common, *ddp, env={"GLOO_SOCKET_IFNAME": "lo"})
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     ddp = json.loads(next((tmp_path / "ddp").rglob("metrics.json")).read_text())
     assert ddp["world_size"] == 2 and ddp["splits"]["validation"]["n_examples"] == 5
