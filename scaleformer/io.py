@@ -5,6 +5,8 @@
   path to a library that writes it itself, e.g. ``torch.save``). A folder (an exported model, a
   tokenized cache entry) is built beside its target and renamed into place (:func:`atomic_dir`). The result has the permissions of a plain ``open()``: ``0666`` minus
   the umask (``mkstemp`` alone would make it ``0600``).
+- A command refuses, before it writes anything, to write over one of its own inputs or over another of
+  its outputs (:func:`refuse_overwrite`): an atomic rename still destroys what was there.
 - A killed writer leaves its temp file behind. The first time a process writes into a folder, it
   removes that folder's temp files (names ``.<name>.<token>.tmp``, the pattern of these writers and
   of the checkpoint writer) whose modification time is older than the process itself: they cannot
@@ -23,9 +25,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from scaleformer.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -198,3 +202,43 @@ def iter_jsonl(path: str | Path, error: type[Exception] = ValueError) -> Iterato
 def read_jsonl(path: str | Path) -> list[Any]:
     """Every row of a jsonl file; a malformed line raises ValueError naming the file and line number."""
     return [value for _, value in iter_jsonl(path)]
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one file: ``os.path.samefile`` when both exist (so a symlink or a hard
+    link to it counts), else their resolved paths (an output not written yet)."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return Path(a).resolve() == Path(b).resolve()
+
+
+Named = Mapping[str, str | Path | None] | Iterable[tuple[str, str | Path | None]]
+
+
+def _pairs(named: Named | None) -> list[tuple[str, Path]]:
+    items = named.items() if isinstance(named, Mapping) else (named or [])
+    return [(k, Path(v)) for k, v in items if v is not None and str(v) != ""]
+
+
+def refuse_overwrite(outputs: Named, inputs: Named | None = None, folders: Named | None = None) -> None:
+    """Raise a ConfigError naming the option when an output is one of the command's ``inputs``, lies
+    inside one of its input ``folders`` (an exported model), or is another of its ``outputs``. Each is a
+    mapping (or pairs) of a label to a path; None: not used. Called before any heavy work, so a path
+    typo costs one line and no file."""
+    named = _pairs(outputs)
+    for i, (key, out) in enumerate(named):
+        for what, src in _pairs(inputs):
+            if same_file(out, src):
+                raise ConfigError(f"{key}={str(out)!r}: is {what} ({src}), which it reads; writing there would "
+                                  "overwrite it: name another file")
+        for what, folder in _pairs(folders):
+            if folder.is_dir() and out.resolve().is_relative_to(folder.resolve()):
+                raise ConfigError(f"{key}={str(out)!r}: is inside {what} ({folder}), which it reads: write "
+                                  "outside that folder")
+        for other, earlier in named[:i]:
+            if same_file(out, earlier):
+                raise ConfigError(f"{key}={str(out)!r}: is also where {other} goes; one would overwrite the "
+                                  "other: give them different paths")

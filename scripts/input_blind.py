@@ -57,13 +57,19 @@ def main(argv: list[str] | None = None) -> int:
 
     from scaleformer.errors import ConfigError
     from scaleformer.export.summarizer import Summarizer
-    from scaleformer.io import atomic_write_json
+    from scaleformer.io import atomic_write_json, refuse_overwrite
     from scaleformer.metrics import compute_metrics
     from scaleformer.runs.context import to_config
 
     run, model_dir = args.run_dir, args.run_dir / "model"
     if not (run / "config.yaml").is_file() or not model_dir.is_dir():
         print(f"error: {run}: not a finished run folder (needs config.yaml and model/)", file=sys.stderr)
+        return 2
+    try:  # before the model loads: the results file must not replace what the run is read from
+        refuse_overwrite({"--out": args.out}, {"the run's config": run / "config.yaml"},
+                         {"the run's exported model": model_dir})
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     if args.limit is not None and args.limit < 2:
         print(f"error: --limit {args.limit}: must be >= 2 (a document needs another to swap with)", file=sys.stderr)

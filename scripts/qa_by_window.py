@@ -77,6 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="+", type=Path, help="run folders (results/<profile>/runs/ledgersqa-*)")
     ap.add_argument("--out", type=Path, help="also write the scores as JSON (method -> split -> inside/past)")
     args = ap.parse_args(argv)
+    if args.out:  # before anything is read: the scores must not replace a run's own files
+        from scaleformer.errors import ConfigError
+        from scaleformer.io import refuse_overwrite
+
+        read = [f for run in args.runs for f in (run / "config.yaml", *(run / "eval").glob("*/metrics.json"),
+                                                 *(run / "eval").glob("*/predictions_*.jsonl"))]
+        try:
+            refuse_overwrite({"--out": args.out}, [("one of the runs' files", f) for f in read])
+        except ConfigError as e:
+            raise SystemExit(f"error: {e}") from None
     print("| method | split | inside: n | EM | F1 | past: n | EM | F1 |\n|---|---|---|---|---|---|---|---|")
     written: dict[str, Any] = {}
     for run in args.runs:

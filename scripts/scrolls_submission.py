@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml  # noqa: E402
 
-from scaleformer.io import atomic_write_json, atomic_write_text, read_jsonl  # noqa: E402
+from scaleformer.io import atomic_write_json, atomic_write_text, read_jsonl, refuse_overwrite  # noqa: E402
 
 SCROLLS_TASKS = ("gov_report", "summ_screen_fd", "qmsum", "narrative_qa", "qasper", "quality", "contract_nli")
 # The data option (conf/data/) that evaluates each task.
@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             if task in tasks:
                 raise ValueError(f"{path}: a second predictions file for {task}")
             tasks[task] = predictions_by_id(path)
+        refuse_overwrite([("--out", args.out / n) for n in (*(f"{t}.json" for t in tasks), "scrolls_predictions.csv")],
+                         [*(("a predictions file", p) for p in args.predictions),
+                          *(("the config.yaml of a predictions file", p.parent / "config.yaml") for p in args.predictions)])
     except (ValueError, OSError) as e:
         raise SystemExit(f"error: {e}") from None
     written: list[Any] = [atomic_write_json(args.out / f"{t}.json", p) for t, p in tasks.items()]

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from scaleformer.artifacts.cost_check import finite
 from scaleformer.artifacts.costs import (
     DEVICES_GB,
     H100_BF16_TFLOPS,
@@ -26,7 +27,9 @@ from scaleformer.artifacts.costs import (
     fmt,
     gpu_basis,
     gpu_hours,
+    measured_rows,
     secs,
+    total_hours,
 )
 from scaleformer.artifacts.grid import column_label, expand_grid, resolve_run_ids
 from scaleformer.artifacts.tables import collect, provenance
@@ -74,15 +77,19 @@ def steady_state_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str) -> str:
-    device = rows[0]["device"] if rows else "cpu"
+    got = measured_rows(rows)
+    device = got[0]["device"] if got else "cpu"
     lines = [f"# {spec['artifact']}: cost of the paper profile, from the dry run ({device})", "",
-             f"Measured per cell: {rows[0]['memory'] if rows else ''}, precision {rows[0]['precision'] if rows else ''}. "
+             f"Measured per cell: {got[0]['memory'] if got else ''}, precision {got[0]['precision'] if got else ''}. "
              "Where the dry run read shorter documents than the paper (tokens a -> b), time and memory growth "
              "are scaled linearly to the paper's length (module docstring of scaleformer.artifacts.costs).", "",
              "| Method | Column | Tokens | s/step | s/step ckpt | Train peak GB | ckpt GB | Gen s/doc | Gen peak GB "
              f"| Fits {'/'.join(map(str, DEVICES_GB))} GB | ckpt fits | Paper profile h | GPU h (train, by FLOPs) |",
              "|" + "---|" * 13]
     for r in rows:
+        if r.get("not_measured"):
+            lines.append(f"| {r['method']} | {r['column']} | not measured (run {r['run_id']}) |" + " – |" * 10)
+            continue
         tokens = f"{r['tokens']:,}" + (f" -> {r['paper_tokens']:,}" if r["scale"] != 1 else "")
         gpu = "–" if not r.get("gpu_train_h") else f"{r['gpu_train_h'][0]:.1f}-{r['gpu_train_h'][1]:.1f}"
         lines.append(f"| {r['method']} | {r['column']} | {tokens} | {secs(r['step_s'])} | {secs(r['step_ckpt_s'])} "
@@ -98,7 +105,12 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str)
         if len(cells) > 1:
             named = ", ".join(f"{r['method']} on {r['column']}" for r in cells)
             lines.append(f"- {named}: one run (the same configuration), counted once below")
-    if total:
+    missing = [r for r in distinct(rows) if r.get("not_measured")]
+    if missing:
+        runs = ", ".join(r["run_id"] or "?" for r in missing)
+        lines += ["", f"Whole table on this {device}: unknown, {len(missing)} run(s) not measured ({runs}); the "
+                  f"measured ones: {sum(total) / 3600:,.0f} h."]
+    elif total:
         lines += ["", f"Whole table on this {device}: {sum(total) / 3600:,.0f} h."]
     same: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in distinct(rows):
@@ -126,12 +138,15 @@ def build_costs(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
     resolve_run_ids(cells, root)
     got = collect(cells, lambda key: column_label(spec, profile, key))
     rows = cost_rows(spec, profile, cells, got, gpu_basis(spec["artifact"], out_dir))
-    suffix = "-gpu" if rows and rows[0]["device"] != "cpu" else ""
+    done = measured_rows(rows)
+    suffix = "-gpu" if done and done[0]["device"] != "cpu" else ""
     name = f"{spec['artifact']}{suffix}"
     prov = provenance(got)
     record = {"artifact": spec["artifact"], "profile": profile, "assumptions": {
         "h100_bf16_tflops": H100_BF16_TFLOPS, "mfu_range": list(MFU), "devices_gb": list(DEVICES_GB)},
-        "rows": rows, "total_h": sum(r["total_s"] or 0 for r in distinct(rows)) / 3600, "provenance": prov}
+        "rows": rows, "total_h": total_hours(rows), "provenance": prov}
+    if len(done) < len(rows):  # the total is unknown (None): these say why
+        record["not_measured"] = sorted({r["run_id"] or "?" for r in rows if r.get("not_measured")})
     return {"md": atomic_write_text(out_dir / f"{name}.md", render_markdown(spec, rows, prov)),
             "json": atomic_write_text(out_dir / f"{name}.json", json.dumps(record, indent=1) + "\n")}
 
@@ -151,19 +166,26 @@ def summary_markdown(folder: Path, artifacts: Sequence[str], link: str) -> str |
     memory = []
     for artifact, records in found.items():
         for path, rec in records:
-            rows = rec["rows"]
+            rows = measured_rows(rec["rows"])
+            missing = len(rec["rows"]) - len(rows)
             prov = rec.get("provenance", "")
             where, took = re.search(r"machine ([^;]+);", prov), re.search(r"wall time ([^;]+?) summed", prov)
-            head = (f"| [{artifact}]({link}/{path.stem}.md) | {rows[0]['device']} ({where[1] if where else '?'}), "
-                    f"{rows[0]['precision']} | {len(rows)} | {took[1] if took else '?'} |")
-            if all(r.get("total_s") is None for r in rows):  # e.g. the QA table: the paper has no such profile
+            first = rows[0] if rows else {"device": "?", "precision": "?"}
+            head = (f"| [{artifact}]({link}/{path.stem}.md) | {first['device']} ({where[1] if where else '?'}), "
+                    f"{first['precision']} | {len(rec['rows'])} | {took[1] if took else '?'} |")
+            total = rec.get("total_h")
+            if not missing and all(r.get("total_s") is None for r in rows):  # e.g. the QA table: no such profile
                 hours.append(f"{head} no paper profile | – | – | – |")
             else:
                 train, gen = (sum(r.get(k) or 0 for r in distinct(rows)) / 3600 for k in ("train_s", "gen_s"))
                 gpu, basis = gpu_hours(rows)
                 bases |= {basis} if gpu else set()
-                hours.append(f"{head} {rec['total_h']:,.0f} | {train:,.0f} | {gen:,.0f} | {gpu or '–'} |")
-        rows = records[0][1]["rows"]  # memory: the best device's
+                said = (f"{total:,.0f}" if finite(total) and total > 0 else "unknown"
+                        + (f" ({missing} cell(s) not measured)" if missing else ""))
+                hours.append(f"{head} {said} | {train:,.0f} | {gen:,.0f} | {gpu or '–'} |")
+        rows = measured_rows(records[0][1]["rows"])  # memory: the best device's
+        if not rows:
+            continue
         longest = max(r["paper_tokens"] for r in rows)
         at = distinct([r for r in rows if r["paper_tokens"] == longest])
         by_method: dict[str, list[dict[str, Any]]] = {}

@@ -20,15 +20,21 @@ generates for one document with the paper's beams and ``max_new_tokens``. Per ce
 - on a CPU, GPU-hours of training from the counted FLOPs at 1-5% of an H100's dense bf16 peak (what one
   H200 reached in table1's dry run at batch 1, and the table says where the range is from); on a GPU,
   what it measured and nothing assumed.
+
+A record is checked before any of it is read (:mod:`scaleformer.artifacts.cost_check`: one line naming
+the run, the field and the value); a cell whose run has no record stays in the table as "not measured",
+naming its run, and leaves the table's total unknown rather than short.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
 
+from scaleformer.artifacts.cost_check import check_record, finite
 from scaleformer.artifacts.grid import Cell, check_profile, column_label, expand_grid
 from scaleformer.compose import compose_config
 from scaleformer.runs import cost_fit
@@ -84,13 +90,15 @@ def step_factor(step: dict[str, Any], paper: float, warmup: dict[str, Any], line
     return (rest + k * per_token * paper) / (rest + k * per_token * n)
 
 
-def measured(result: Any, paper_cap: int | None = None) -> dict[str, Any] | None:
+def measured(result: Any, paper_cap: int | None = None, run: str | None = None) -> dict[str, Any] | None:
     """One cell's costs from its ``metrics.json``, at the measured length and at the paper's (its documents'
     own length, capped at the paper profile's ``data.max_input_tokens``); None when nothing was measured.
 
     A steady-state record (groups of warm-up and timed micro-batches at two lengths or more) is read through
     :mod:`scaleformer.runs.cost_fit`; a single-step record of the earlier probe by scaling its one timed
-    step (:func:`step_factor`)."""
+    step (:func:`step_factor`). A record with a field the table cannot use raises ``BadRecord`` naming
+    ``run`` (default: the record's run id)."""
+    check_record(result, run or result.run_id or "(no run id)")
     cost = result.cost or {}
     steps = cost.get("train_steps") or []
     if not steps:
@@ -224,14 +232,19 @@ def estimate(m: dict[str, Any], plan: dict[str, Any] | None, method: str = "",
 
 def cost_rows(spec: dict[str, Any], profile: str, cells: list[Cell], got: Any,
               basis: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One row per cell: what it measured and the paper profile's estimate; a cell whose run left no cost
+    record is a row too, ``not_measured`` saying why and naming the run, so it cannot drop out unseen."""
     rows, paper = [], paper_cells(spec)
     for c in cells:
         r = got.results.get((c.key, c.method, c.value, c.seed))
+        where = f"{spec['sweeps'][c.key]['key']}={c.value}" if "sweeps" in spec else column_label(spec, profile, c.key)
         if r is None or not (r.cost or {}).get("train_steps"):
+            why = "no metrics.json" if r is None else "its metrics.json has no cost record (trainer.measure_cost)"
+            rows.append({"method": c.method, "column": where, "run_id": c.run_id, "plan": None, "total_s": None,
+                         "not_measured": why, "arithmetic": f"not measured: run {c.run_id}, {why}"})
             continue
         plan = paper_plan(spec, c, paper)
-        m = measured(r, plan and plan["max_input_tokens"])
-        where = f"{spec['sweeps'][c.key]['key']}={c.value}" if "sweeps" in spec else column_label(spec, profile, c.key)
+        m = measured(r, plan and plan["max_input_tokens"], c.run_id)
         rows.append({"method": c.method, "column": where, "run_id": c.run_id, **m, "plan": plan,
                      **estimate(m, plan, c.method, basis)})
     return rows
@@ -251,6 +264,22 @@ def distinct(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [cells[0] for cells in by_run(rows)]
 
 
+def measured_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with numbers (not the cells marked ``not_measured``)."""
+    return [r for r in rows if not r.get("not_measured")]
+
+
+def total_hours(rows: list[dict[str, Any]]) -> float | None:
+    """The paper profile's hours over the table's runs, each once; None (unknown) when a cell was not
+    measured, a cell with a paper profile has no estimate, or none has one: a short total would let
+    ``reproduce`` launch the paper profile without ``--yes``."""
+    runs = distinct(rows)
+    if any(r.get("not_measured") or (r.get("plan") is not None and r.get("total_s") is None) for r in runs):
+        return None
+    totals = [r["total_s"] for r in runs if r.get("total_s") is not None]
+    return sum(totals) / 3600 if totals else None
+
+
 # What a CPU table's GPU-hours rest on when its rows do not say (tables of the single-step probe).
 RANGE_BASIS = (f"{int(MFU[0] * 100)}-{int(MFU[1] * 100)}% of an H100's {H100_BF16_TFLOPS} TFLOP/s dense bf16 peak "
                "(the range one H200 reached in table1's single-step dry run at batch 1)")
@@ -260,8 +289,9 @@ def gpu_hours(rows: list[dict[str, Any]]) -> tuple[str | None, str]:
     """The table's training on one GPU by counted FLOPs over its runs ("low-high" hours, one number when the
     basis is one measured MFU; None on a GPU's table) and what those hours rest on."""
     gpu = [r for r in distinct(rows) if r.get("gpu_train_h")]
-    if not gpu:
-        return None, ""
+    if not gpu or not all(isinstance(r["gpu_train_h"], list) and len(r["gpu_train_h"]) == 2
+                          and all(finite(h) and h >= 0 for h in r["gpu_train_h"]) for r in gpu):
+        return None, ""  # none, or a hand-edited table's NaN: no number rather than a wrong one
     lo, hi = (sum(r["gpu_train_h"][i] for r in gpu) for i in (0, 1))
     hours = f"{lo:,.0f}" if round(lo) == round(hi) else f"{lo:,.0f}-{hi:,.0f}"
     return hours, "; ".join(sorted({r.get("gpu_basis") or RANGE_BASIS for r in gpu}))
@@ -281,19 +311,45 @@ def cost_table_paths(artifact: str, folder: Path) -> list[Path]:
     return [folder / f"{artifact}-gpu.json", folder / f"{artifact}.json"]
 
 
+def known_hours(record: Any) -> tuple[float | None, str]:
+    """A cost table's ``total_h`` when it is a known estimate (a finite number > 0), else None and why it
+    is unknown: missing, not a number, negative, NaN, or cells not measured."""
+    if not isinstance(record, dict):
+        return None, f"not a cost table (a JSON {type(record).__name__})"
+    total = record.get("total_h")
+    if finite(total) and total > 0:
+        return float(total), ""
+    rows = record.get("rows")
+    if rows and isinstance(rows, list) and all(isinstance(r, dict) and r.get("arithmetic") == "no paper profile"
+                                               for r in rows):
+        return None, "the artifact has no paper profile"
+    missing = record.get("not_measured") or []
+    if missing and isinstance(missing, list):
+        return None, f"{len(missing)} cell(s) not measured (run {missing[0]}{' and more' if len(missing) > 1 else ''})"
+    if total is None:
+        return None, "it has no total_h"
+    what = "NaN" if isinstance(total, float) and math.isnan(total) else f"{total!r}"
+    return None, f"total_h={what} is not a positive number of hours"
+
+
 def paper_estimate(artifact: str, folder: Path) -> tuple[float | None, str]:
-    """(hours, one line) for the paper profile, from the committed cost table (a GPU's when there is one)."""
+    """(hours, one line) for the paper profile, from the committed cost table (a GPU's when there is one).
+    Hours are None when the estimate is unknown (no table, or a total that is missing, not a number,
+    negative or NaN): the launch then needs ``--yes``, as above an hour."""
     for path in cost_table_paths(artifact, folder):
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        rows = record.get("rows") or []
-        hours = float(record.get("total_h") or 0)
-        device = rows[0].get("device", "?") if rows else "?"
-        gpu, basis = gpu_hours(rows)
+        hours, why = known_hours(record)
+        if hours is None:
+            return None, f"the cost of {artifact}'s paper profile is unknown: {path}: {why}"
+        listed = record.get("rows")
+        rows = [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else []
+        device = next((r["device"] for r in rows if "device" in r), "?")
+        gpu, basis = gpu_hours(measured_rows(rows))
         extra = f"; training on one GPU ~{gpu} h by FLOPs at {basis} (generation not measured)" if gpu else ""
         return hours, (f"estimate for {artifact} (paper profile), from the dry run on {device} ({path}): "
                        f"{hours:,.0f} h as measured there{extra}")
-    return None, (f"no cost table for {artifact} yet at {folder}/{artifact}.json (`make {artifact} PROFILE=dryrun` "
-                  "measures one): no estimate")
+    return None, (f"the cost of {artifact}'s paper profile is unknown: no cost table yet at {folder}/{artifact}.json "
+                  f"(`make {artifact} PROFILE=dryrun` measures one)")

@@ -9,7 +9,8 @@
 Profiles (experiments/*.yaml): ``paper`` launches Hydra multiruns (any launcher, e.g. SLURM);
 profiles with ``runner: local`` (``dryrun``, ``tiny``, ``smoke``) run here, one line per run and an
 estimate before starting. ``dryrun`` writes results/dryrun/<artifact>.{md,json}, the cost of every cell;
-``paper`` prints that estimate first and, above an hour, runs only with ``--yes``.
+``paper`` prints that estimate first and, above an hour or when it is unknown (no cost table, or one
+whose total is missing, not a number, negative, NaN or short of a cell), runs only with ``--yes``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from scaleformer.artifacts.costs import paper_estimate
 from scaleformer.artifacts.grid import load_spec, select_methods
 from scaleformer.artifacts.gridrun import launch, run_grid
 from scaleformer.artifacts.tables import build_figure, build_table
+from scaleformer.errors import UserError
 from scaleformer.resources import experiments_dir
 
 
@@ -44,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", default=None,
                     help="paths.root of the runs; default: results (paper), results/<profile> (others)")
     ap.add_argument("--out-dir", default=None, help="default: the root")
-    ap.add_argument("--yes", action="store_true", help="run the paper profile even when its estimate exceeds an hour")
+    ap.add_argument("--yes", action="store_true",
+                    help="run the paper profile even when its estimate exceeds an hour or is unknown")
     args = ap.parse_args(argv)
 
     names = sorted(p.stem for p in experiments_dir().glob("*.yaml"))
@@ -69,9 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     if (args.profile == "paper" or costs) and not args.render_only:  # the dry run says what it will price
         hours, line = paper_estimate(args.artifact, Path("results") / "dryrun")
         print(line, flush=True)
-        if args.profile == "paper" and hours is not None and hours > 1 and not args.yes:
-            print(f"error: the paper profile of {args.artifact} is estimated at {hours:,.0f} h; pass --yes to run it",
-                  file=sys.stderr)
+        if args.profile == "paper" and not args.yes and (hours is None or hours > 1):  # unknown: as if long
+            said = line if hours is None else f"the paper profile of {args.artifact} is estimated at {hours:,.0f} h"
+            print(f"error: {said}; pass --yes to run it", file=sys.stderr)
             return 2
     if not args.render_only and local:
         problems = run_grid(spec, args.profile, root, force=args.force, methods=args.methods)
@@ -84,13 +87,17 @@ def main(argv: list[str] | None = None) -> int:
         for p in problems:
             print(f"  {p}", file=sys.stderr)
     build = build_figure if "sweeps" in spec else build_table
-    # A dry run's scores come from random weights: its score table is a check of the path, kept apart.
-    for kind, p in build(spec, args.profile, root, out_dir / "scores" if costs else out_dir,
-                         methods=args.methods).items():
-        print(f"wrote {kind}: {p}")
-    if costs:
-        for kind, p in build_costs(spec, args.profile, root, out_dir, methods=args.methods).items():
-            print(f"wrote cost table ({kind}): {p}")
+    try:
+        # A dry run's scores come from random weights: its score table is a check of the path, kept apart.
+        for kind, p in build(spec, args.profile, root, out_dir / "scores" if costs else out_dir,
+                             methods=args.methods).items():
+            print(f"wrote {kind}: {p}")
+        if costs:
+            for kind, p in build_costs(spec, args.profile, root, out_dir, methods=args.methods).items():
+                print(f"wrote cost table ({kind}): {p}")
+    except UserError as e:  # e.g. a cost record with a negative time: one line naming the run and the field
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 1 if problems else 0
 
 

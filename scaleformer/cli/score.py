@@ -13,7 +13,8 @@ Rows are ``{"id", "prediction", "reference"}`` where ``reference`` is a string o
 (``references`` is accepted too; ``[]`` or null: hidden, not scored). Rows sharing an id (SCROLLS
 lists one row per reference) are merged into one document with several references; their
 predictions must agree. A bad file (not UTF-8, malformed JSON, a missing or mistyped field, no rows)
-stops with one line naming the file and line, and a non-zero exit status.
+stops with one line naming the file and line, and a non-zero exit status; so does an ``--out`` or
+``--scores`` that is the predictions file or the other output, before anything is scored.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 
 from scaleformer.config import MetricsConfig
 from scaleformer.errors import ConfigError
-from scaleformer.io import atomic_write_json, atomic_write_jsonl, iter_jsonl
+from scaleformer.io import atomic_write_json, atomic_write_jsonl, iter_jsonl, refuse_overwrite
 from scaleformer.metrics import PAPER_BERTSCORE_MODEL, BertScoreModelError, compute_metrics
 from scaleformer.resources import conf_dir, installed
 
@@ -176,6 +177,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not path.is_file():
         sys.exit(f"error: predictions file {path}: " + ("is a folder, not a file" if path.is_dir() else
                                                         "no such file"))
+    scores_path = args.scores or (str(Path(args.out).with_suffix("")) + ".scores.jsonl" if args.out else None)
+    try:  # before anything is scored or written: a path typo must not cost the predictions
+        refuse_overwrite({"--out": args.out, "--scores" if args.scores else "--scores (default, beside --out)":
+                          scores_path}, {"the predictions file": path, "train.py's config": TRAIN_CONFIG})
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
     try:
         ids, predictions, references = load_documents(path)
     except (ValueError, OSError) as e:
@@ -200,7 +207,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "device": device,
         "versions": {d: installed(d) for d in ("rouge-score", "bert-score", "nltk")},
     }
-    scores_path = args.scores or (str(Path(args.out).with_suffix("")) + ".scores.jsonl" if args.out else None)
     for flag, target, write in (("--out", args.out, lambda f: atomic_write_json(f, metrics)),
                                 ("--scores", scores_path, lambda f: atomic_write_jsonl(f, [
                                     {"id": ids[d["index"]], **{k: v for k, v in d.items() if k != "index"}}

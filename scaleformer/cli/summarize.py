@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from scaleformer.errors import ConfigError, redact
-from scaleformer.io import atomic_write_jsonl, atomic_write_text, iter_jsonl
+from scaleformer.io import atomic_write_jsonl, atomic_write_text, iter_jsonl, refuse_overwrite
 from scaleformer.model.hub import HubUnreachableError
 from scaleformer.resources import group_options
 from scaleformer.runs.console import quiet
@@ -118,6 +118,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"error: --input {src}: must be a .txt or .jsonl file")
     if not src.is_file():
         raise SystemExit(f"error: --input {src}: no such file")
+    out = args.output or (src.with_suffix(".summaries.jsonl") if src.suffix == ".jsonl" else None)
+    try:  # before the model loads: summaries must not replace the documents or the model's own files
+        refuse_overwrite({"--output": out}, {"the --input file": src}, {"the --model folder": args.model})
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}") from None
     _check_device(args.device)
     _check_method(args.method)
     text = _read_text(src) if src.suffix == ".txt" else None
@@ -145,7 +150,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         warn_if_empty([summary], [str(src)], summarizer.trained_steps, summarizer.generation.max_new_tokens)
         return 0
     summaries = summarizer.summarize(texts, progress=True)
-    out = Path(args.output) if args.output else src.with_suffix(".summaries.jsonl")
     atomic_write_jsonl(out, [{"id": i, "summary": s} for i, s in zip(ids, summaries)])
     print(f"wrote {len(summaries)} summaries to {out}", file=sys.stderr)
     warn_if_empty(summaries, [f"id {i}" for i in ids], summarizer.trained_steps,
