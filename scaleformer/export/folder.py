@@ -66,6 +66,8 @@ def method_record(module: Any, run: dict[str, Any]) -> dict[str, Any]:
 def export_model(module: Any, out: Path, run: dict[str, Any]) -> Path:
     """Write the model folder ``out`` from the trained module and the run's record; returns ``out``."""
     record = method_record(module, run)
+    if hasattr(module.model.config, "method"):  # the method as it ran (a run may decide a runtime setting late),
+        module.model.config.method = dataclasses.asdict(module.method.cfg)  # so config.json and the record agree
     with atomic_dir(out) as tmp:
         module.model.save_pretrained(tmp)
         run_generation_config(module).save_pretrained(tmp)

@@ -8,14 +8,16 @@
     summarize = Summarizer.from_pretrained("results/runs/<run>/model")
     print(summarize(open("report.txt").read()))
 
-The exported method (``scaleformer.json``) is used unless ``--method`` names another option of
-``conf/method/`` (same backbone weights, another way of reading the document); ``--set key=value``
-changes one of its parameters. A ``.txt`` file is one document; a ``.jsonl`` file has one per line
-(``--field``), and the summaries go to a jsonl file (``id``, ``summary``).
+The exported method (config.json's, which ``scaleformer.json`` records) is used unless ``--method``
+names another option of ``conf/method/`` (same backbone weights, another way of reading the
+document); ``--set key=value`` changes one of the loaded method's parameters. A ``.txt`` file is one
+document; a ``.jsonl`` file has one per line (``--field``), and the summaries go to a jsonl file
+(``id``, ``summary``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -76,18 +78,20 @@ class Summarizer:
         register()
         model, info = AutoModelForSeq2SeqLM.from_pretrained(str(path), use_safetensors=True,  # data, never code
                                                             output_loading_info=True)
-        if missing := sorted(info.get("missing_keys") or []):  # e.g. a method's gate left at its initial value
+        # A format-1 folder loads the bare backbone; the model class checks its own weights (from_pretrained).
+        if missing := sorted(info.get("missing_keys") or []):
             raise ValueError(f"{path}/model.safetensors: {len(missing)} weights missing (e.g. {missing[0]}); "
                              "the export is incomplete: export or download it again")
         rows = model.get_input_embeddings().num_embeddings
         if len(tokenizer) > rows:  # ids past the table would fail deep inside the embedding
             raise ValueError(f"{path}: the tokenizer has {len(tokenizer)} tokens but the model's embeddings "
                              f"{rows} rows: the tokenizer does not belong to these weights")
-        mcfg = _method_config(meta, method, overrides or {})
-        if not isinstance(model, ScaleformerForConditionalGeneration):
+        if not isinstance(model, ScaleformerForConditionalGeneration):  # format 1: the record holds the method
+            mcfg = _method_config(meta["method"]["config"], method, overrides or {})
             model = _from_format1(model, Path(path), meta, mcfg, tokenizer, same=method is None)
-        elif method is not None or overrides:
-            model = _rebuilt(model, mcfg)
+        elif method is not None or overrides:  # the loaded model's method is the one changed (the model class
+            # checked that scaleformer.json records the same one)
+            model = _rebuilt(model, _method_config(dataclasses.asdict(model.method.cfg), method, overrides or {}))
         gen = GenerationConfig(**{**meta["generation"], **generation})
         out = cls(model, tokenizer, gen, meta.get("max_input_tokens"), Path(path), meta)
         out.model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -130,10 +134,10 @@ class Summarizer:
         return summaries(self.model, self.tokenizer, self.generation, input_ids, torch.ones_like(input_ids))[0].strip()
 
 
-def _method_config(meta: dict[str, Any], option: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
+def _method_config(exported: dict[str, Any], option: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
     """The exported method's config, or another option's (from conf/method/), with overrides."""
     if option is None:
-        cfg = dict(meta["method"]["config"])
+        cfg = dict(exported)
     else:
         cfg = OmegaConf.to_container(compose_config([f"method={option}"]).method, resolve=True)
     return {**cfg, **overrides}
@@ -155,8 +159,6 @@ def check_record(folder: Path, meta: dict[str, Any]) -> None:
 def _rebuilt(model: Any, mcfg: dict[str, Any]) -> Any:
     """The loaded backbone's weights read through another method (or other parameters): the model class
     rebuilt for it, with every weight the two share (a method's own parameters only when it keeps them)."""
-    import dataclasses
-
     conf = ScaleformerConfig(backbone=model.config.backbone, method=dataclasses.asdict(method_config(mcfg)),
                              spec=model.config.spec)
     fresh = ScaleformerForConditionalGeneration(conf)

@@ -3,7 +3,9 @@ plus the long-context method that reads its inputs.
 
 Its own module so that registering it with ``AutoConfig`` (:mod:`scaleformer.model.autoreg`) needs no
 model code. :func:`learned_positions` (the input positions a backbone's config has embeddings for) lives
-here too, so the model class checks its window without importing the backbone loader.
+here too, so the model class checks its window without importing the backbone loader, and so does
+:func:`check_config`: config.json's parts present and typed, which the model class runs before it builds
+anything (a missing method section must not load as truncation, a mistyped spec fail deep in chunking).
 """
 
 from __future__ import annotations
@@ -13,27 +15,31 @@ from typing import Any
 
 from transformers import AutoConfig, PretrainedConfig
 
+from scaleformer.errors import ConfigError, check
 from scaleformer.model.spec import BackboneSpec
 
+# Where a loaded config comes from: every message about it names the file.
+CONFIG_FILE = "config.json"
 # Backbone token ids the top-level config mirrors, so generation and Trainer read them where they look.
 _TOKEN_KEYS = ("pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id")
 
 
 class ScaleformerConfig(PretrainedConfig):
-    """A backbone's config plus the long-context method that reads its inputs."""
+    """A backbone's config plus the long-context method that reads its inputs (each part as config.json
+    has it; :func:`check_config` refuses a missing or mistyped one when the model class is built)."""
 
     model_type = "scaleformer"
 
     def __init__(self, backbone: PretrainedConfig | dict[str, Any] | None = None,
                  method: dict[str, Any] | None = None, spec: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if isinstance(backbone, dict):
-            backbone = AutoConfig.for_model(**backbone)
-        self.backbone = backbone
-        self.method = dict(method or {"name": "truncation"})
-        self.spec = dict(spec or {})
+        # Kept as read, whatever it is: check_config (the model class, on load) refuses a missing or
+        # mistyped part in one line; defaulting or converting here would load the wrong model silently.
+        self.backbone = _backbone_config(backbone)
+        self.method = dict(method) if isinstance(method, dict) else method
+        self.spec = dict(spec) if isinstance(spec, dict) else spec
         for key in _TOKEN_KEYS:
-            if kwargs.get(key) is None and backbone is not None:
-                kwargs[key] = getattr(backbone, key, None)
+            if kwargs.get(key) is None and isinstance(self.backbone, PretrainedConfig):
+                kwargs[key] = getattr(self.backbone, key, None)
         kwargs["is_encoder_decoder"] = True
         super().__init__(**kwargs)
 
@@ -64,6 +70,99 @@ def learned_positions(conf: PretrainedConfig) -> tuple[str, int] | None:
         if value:
             return key, int(value)
     return None
+
+
+def _backbone_config(backbone: Any) -> Any:
+    """The backbone's config object from config.json's mapping; anything else as it came (check_config
+    names what is wrong with it)."""
+    if not isinstance(backbone, dict) or not isinstance(backbone.get("model_type"), str):
+        return backbone
+    try:
+        return AutoConfig.for_model(**backbone)
+    except Exception:  # an unknown model type or a field its config refuses: check_config says which
+        return backbone
+
+
+def check_config(config: ScaleformerConfig) -> None:
+    """config.json as one record: the backbone's config, the method section and the spec present and well
+    typed, the window within the backbone's positions. Here, in what the model class builds from, so
+    ``AutoModelForSeq2SeqLM``, the ``Summarizer`` and ``wrap`` refuse a file alike, before any weight loads
+    (the method's own settings are checked where the method is built)."""
+    _check_backbone(config.backbone)
+    method = config.method
+    if method is None:
+        raise ConfigError(f'{CONFIG_FILE}: no "method" section, so nothing says how the model reads long inputs: '
+                          'export the model again (a model that reads the first window only says "method": '
+                          '{"name": "truncation"})')
+    if not isinstance(method, dict):
+        raise ConfigError(f"{CONFIG_FILE}: method={method!r}: must be a mapping of the method's settings with its "
+                          'name, e.g. {"name": "sled", "chunk_size": 1024, ...}')
+    check_spec(config.spec, config.backbone)
+    check_window(config)
+
+
+def _check_backbone(backbone: Any) -> None:
+    if isinstance(backbone, PretrainedConfig):
+        return
+    if backbone is None:
+        raise ConfigError(f'{CONFIG_FILE}: no "backbone" section (the backbone\'s own config): export the model again')
+    model_type = backbone.get("model_type") if isinstance(backbone, dict) else None
+    if not isinstance(model_type, str):
+        shown = f"a {type(backbone).__name__}" if not isinstance(backbone, dict) else "a mapping without model_type"
+        raise ConfigError(f"{CONFIG_FILE}: backbone is {shown}: it must be the backbone's config, a mapping with "
+                          'its model_type (e.g. "bart")')
+    try:
+        AutoConfig.for_model(**backbone)
+    except Exception as e:
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]  # not the list of every type
+        why = why if len(why) <= 160 else f"{why[:157]}..."
+        raise ConfigError(f"{CONFIG_FILE}: backbone.model_type={model_type!r}: transformers cannot build this "
+                          f"config ({why})") from None
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_spec(spec: Any, backbone: PretrainedConfig) -> None:
+    """The :class:`BackboneSpec` facts have their types, and the special ids are token ids of the
+    backbone's vocabulary (a wrong one would surface deep inside chunking or the embedding)."""
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{CONFIG_FILE}: spec={spec!r}: must be a mapping of the backbone's facts (max_positions, "
+                          "pad_id, prefix_ids, suffix_ids, ...): export the model again")
+    if "pad_id" not in spec:
+        raise ConfigError(f"{CONFIG_FILE}: spec.pad_id: missing (the padding token's id): export the model again")
+    vocab = getattr(backbone, "vocab_size", None)
+    for field in dataclasses.fields(BackboneSpec):
+        key, value = f"{CONFIG_FILE}: spec.{field.name}", spec.get(field.name)
+        if field.name not in spec or field.name == "max_positions":  # the window: check_window
+            continue
+        if field.name in ("prefix_ids", "suffix_ids"):
+            check(isinstance(value, list | tuple) and all(map(_is_int, value)), key, value,
+                  "must be a list of token ids (e.g. [0])")
+            ids = list(value)
+        elif field.name == "pad_id":
+            check(_is_int(value), key, value, "must be an integer token id")
+            ids = [value]
+        else:
+            check(_is_int(value) and value >= 0, key, value, "must be a non-negative integer")
+            continue
+        check(all(i >= 0 for i in ids), key, value, "token ids are >= 0")
+        outside = [i for i in ids if _is_int(vocab) and i >= vocab]
+        check(not outside, key, value, f"{outside[0] if outside else ''} is not a token id of the backbone's "
+                                       f"{vocab}-token vocabulary (backbone.vocab_size)")
+
+
+def check_window(config: ScaleformerConfig) -> None:
+    """The method's window fits the backbone's learned positions (a tampered or mistyped config would
+    otherwise fail deep inside the embedding with an IndexError)."""
+    window = config.spec.get("max_positions")
+    learned = learned_positions(config.backbone) if config.backbone is not None else None
+    if not _is_int(window) or window < 1:
+        raise ConfigError(f"{CONFIG_FILE}: spec.max_positions={window!r}: must be a positive integer")
+    if learned is not None and window > learned[1]:
+        raise ConfigError(f"{CONFIG_FILE}: spec.max_positions={window} is above the {learned[1]} positions the "
+                          f"backbone's weights have ({learned[0]}); the config does not belong to these weights")
 
 
 # Registered on import (see scaleformer.model.autoreg): AutoConfig reads model_type "scaleformer".

@@ -7,6 +7,7 @@ model class itself must import without the methods (see the note there), this mo
 
 from __future__ import annotations
 
+from os import PathLike
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -20,6 +21,7 @@ from scaleformer.model.backbone import backbone_spec, check_positions
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
 from scaleformer.model.hf_config import learned_positions
 from scaleformer.model.spec import BackboneSpec
+from scaleformer.resources import group_options
 
 
 def spec_for(model: PreTrainedModel, tokenizer: Any = None, max_positions: int | None = None) -> BackboneSpec:
@@ -34,6 +36,11 @@ def spec_for(model: PreTrainedModel, tokenizer: Any = None, max_positions: int |
                           "is a choice: pass max_positions (the paper's chunks are 1024 tokens)")
     if tokenizer is None:
         tokenizer = _ConfigTokens(conf)
+    pad = tokenizer.pad_token_id
+    if not isinstance(pad, int) or isinstance(pad, bool):  # chunks are padded with it
+        source = f"tokenizer={type(tokenizer).__name__}" if not isinstance(tokenizer, _ConfigTokens) else "tokenizer=None"
+        raise ConfigError(f"wrap({source}): no padding token (pad_token_id={pad!r}); set one "
+                          "(tokenizer.pad_token = tokenizer.eos_token), or pass a tokenizer that has one")
     return backbone_spec(bcfg, tokenizer, conf)
 
 
@@ -59,12 +66,40 @@ def wrap(model: PreTrainedModel, method: str | dict[str, Any] = "scaleformer_mid
     method config dict; ``method_params`` change its parameters (``middle_tokens=100``).
     ``max_positions`` is the encoder's window (default: the model's learned positions; T5 needs it).
     """
-    if not isinstance(model, PreTrainedModel) or not getattr(model.config, "is_encoder_decoder", False):
-        raise ConfigError(f"wrap(model={type(model).__name__}): needs a loaded Hugging Face encoder-decoder "
-                          "(e.g. AutoModelForSeq2SeqLM.from_pretrained(...))")
+    check_arguments(model, method, tokenizer, max_positions)
     mcfg = method_config(_method_dict(method, method_params))
     return ScaleformerForConditionalGeneration.from_parts(model, build_method(mcfg, spec_for(model, tokenizer,
                                                                                              max_positions)))
+
+
+def check_arguments(model: Any, method: Any, tokenizer: Any, max_positions: Any) -> None:
+    """``wrap``'s arguments, each refused in one line naming the value (before any config is composed):
+    a wrong type would otherwise fail deep inside the config checks or the special-token probe."""
+    if isinstance(model, ScaleformerForConditionalGeneration):
+        name = model.config.method.get("name") if isinstance(model.config.method, dict) else None
+        raise ConfigError(f"wrap(model={type(model).__name__}): already wrapped (method {name!r}), and its backbone is "
+                          "patched for that method: wrap a freshly loaded backbone "
+                          "(AutoModelForSeq2SeqLM.from_pretrained(...)) to read it through another method")
+    if not isinstance(model, PreTrainedModel) or not getattr(model.config, "is_encoder_decoder", False):
+        raise ConfigError(f"wrap(model={type(model).__name__}): needs a loaded Hugging Face encoder-decoder "
+                          "(e.g. AutoModelForSeq2SeqLM.from_pretrained(...))")
+    if isinstance(method, str):
+        if method not in (options := group_options("method")):
+            raise ConfigError(f"wrap(method={method!r}): not an option of conf/method/; choose one of "
+                              f"{', '.join(options)} (or pass a method config dict)")
+    elif not isinstance(method, dict):
+        raise ConfigError(f"wrap(method={method!r}): names an option of conf/method/ ('sled', 'scaleformer_middle', "
+                          "...) or is a method config dict ({'name': 'sled', ...})")
+    if max_positions is not None and (not isinstance(max_positions, int) or isinstance(max_positions, bool)
+                                      or max_positions < 1):
+        raise ConfigError(f"wrap(max_positions={max_positions!r}): must be a positive integer (the encoder's window "
+                          "in tokens, e.g. 1024) or None")
+    if isinstance(tokenizer, str | PathLike):
+        raise ConfigError(f"wrap(tokenizer={str(tokenizer)!r}): a tokenizer object is expected, not its name: pass "
+                          f"tokenizer=AutoTokenizer.from_pretrained({str(tokenizer)!r})")
+    if tokenizer is not None and not callable(tokenizer):
+        raise ConfigError(f"wrap(tokenizer={type(tokenizer).__name__}): a tokenizer object is expected: pass "
+                          "tokenizer=AutoTokenizer.from_pretrained(...) (or none: the model config's special ids)")
 
 
 def _method_dict(method: str | dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
