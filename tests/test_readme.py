@@ -41,6 +41,8 @@ COVERAGE: list[tuple[str, str, str]] = [
     (r"scaleformer bench --profile my\.yaml", "test", "tests/bench/test_bench.py::test_cli_runs_a_profile_file"),
     (r"^make bench$", "test", "tests/bench/test_bench.py::test_results_file_structure"),
     (r"^make bench-step$", "long", "results/bench/step-overhead.md"),
+    (r"^make bench-compare$|scripts/bench_compare\.py", "test",
+     "tests/bench/test_compare_memory.py::test_the_benchmark_writes_its_results"),
     (r"^make gpu-perf$", "gpu", "table1's cells at the paper's length in bf16 (scaleformer/artifacts/gpu_perf.py)"),
     (r"scripts/gpu_perf\.py --tiny ", "test",
      "tests/artifacts/test_gpu_perf.py::test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table"),

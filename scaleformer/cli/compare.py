@@ -5,10 +5,11 @@
 
 Each of RUN_A, RUN_B is a run folder (its newest evaluation), an evaluation folder
 (``eval/step_<N>-<hash>/``) or a ``scores_<split>.jsonl`` file. Documents are matched by id; the two
-runs must have scored the same documents against the same references, or the command stops with one
-line saying how they differ (a comparison over different documents is not paired). The interval is
-a paired bootstrap over documents, the p-value a sign-flip permutation test
-(:mod:`scaleformer.metrics.stats`); one comparison, so no multiple-testing correction here.
+runs must have scored the same documents against the same references, each document once, with
+finite scores, or the command stops with one line saying what is wrong (a comparison over different
+documents is not paired). The interval is a paired bootstrap over documents, the p-value a sign-flip
+permutation test (:mod:`scaleformer.metrics.stats`, O(documents) memory at any size); the output
+names the methods used. One comparison, so no multiple-testing correction here.
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from scaleformer.errors import ConfigError
-from scaleformer.io import atomic_write_json, iter_jsonl
+from scaleformer.io import atomic_write_json, iter_jsonl, refuse_overwrite
 from scaleformer.metrics.stats import paired
 
 DEFAULT_METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum", "f1", "exact_match", "bertscore_f1", "fact_recall")
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
+               type(None): "null"}
 
 
 def scores_file(path: Path, split: str | None) -> Path:
@@ -49,24 +54,73 @@ def scores_file(path: Path, split: str | None) -> Path:
     return f
 
 
+def _by_id(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+    """A jsonl file's rows by document id, and each id's line: every row an object with a string or
+    integer id, each id once (a second row for a document would silently replace the first)."""
+    rows: dict[str, dict[str, Any]] = {}
+    lines: dict[str, int] = {}
+    for line, r in iter_jsonl(path, ConfigError):
+        if not isinstance(r, dict):
+            raise ConfigError(f"{path}:{line}: a row must be a JSON object with an \"id\", got "
+                              f"{_JSON_TYPES.get(type(r), type(r).__name__)}")
+        if "id" not in r:
+            raise ConfigError(f"{path}:{line}: the row has no \"id\"")
+        key = r["id"]
+        if isinstance(key, bool) or not isinstance(key, str | int):
+            raise ConfigError(f"{path}:{line}: \"id\" must be a string or an integer, got {_short(key)}")
+        if (k := str(key)) in rows:
+            raise ConfigError(f"{path}:{line}: document id {k!r} appears twice (first on line {lines[k]}): "
+                              "a document is scored once (ids are compared as strings)")
+        rows[k], lines[k] = r, line
+    return rows, lines
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+
+
 def _references(scores: Path) -> dict[str, Any]:
     """Each document's references, from the predictions file beside the scores (absent: not checked)."""
     preds = scores.with_name(scores.name.replace("scores_", "predictions_", 1))
-    if not preds.is_file():
+    if preds == scores or not preds.is_file():
         return {}
-    return {str(r["id"]): r.get("reference") for _, r in iter_jsonl(preds)}
+    return {k: r.get("reference") for k, r in _by_id(preds)[0].items()}
 
 
-def load(scores: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    rows = {str(r["id"]): r for _, r in iter_jsonl(scores)}
+def load(scores: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any], dict[str, int]]:
+    """A scores file's rows by id, the references beside it, and each id's line (for messages)."""
+    rows, lines = _by_id(scores)
     if not rows:
         raise ConfigError(f"{scores}: no scored documents")
-    return rows, _references(scores)
+    return rows, _references(scores), lines
+
+
+def _is_score(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _values(path: Path, rows: dict[str, dict[str, Any]], lines: dict[str, int], ids: list[str],
+            metric: str) -> np.ndarray:
+    """``[docs]``: one metric's scores in ``ids`` order; a NaN, an infinity or an integer beyond float's
+    range has no mean, and is refused naming the file, the line, the document and the metric."""
+    out = np.empty(len(ids))
+    for j, i in enumerate(ids):
+        try:
+            out[j] = rows[i][metric]
+        except OverflowError:
+            out[j] = np.inf
+    bad = np.flatnonzero(~np.isfinite(out))
+    if bad.size:
+        i = ids[int(bad[0])]
+        raise ConfigError(f"{path}:{lines[i]}: document {i!r}: {metric}={_short(rows[i][metric])} is not a finite "
+                          f"number ({bad.size} of {len(ids)} documents); a score without a finite value has no mean")
+    return out
 
 
 def compare(a: Path, b: Path, metrics: Sequence[str] | None = None) -> dict[str, Any]:
     """The paired comparison of two scores files, per metric (both files must hold it)."""
-    (ra, refs_a), (rb, refs_b) = load(a), load(b)
+    (ra, refs_a, lines_a), (rb, refs_b, lines_b) = load(a), load(b)
     only_a, only_b = sorted(set(ra) - set(rb)), sorted(set(rb) - set(ra))
     if only_a or only_b:
         example = (only_a or only_b)[0]
@@ -78,27 +132,61 @@ def compare(a: Path, b: Path, metrics: Sequence[str] | None = None) -> dict[str,
         raise ConfigError(f"the runs' references differ for {len(differ)} of {len(ids)} documents (e.g. "
                           f"{differ[0]!r}): the scores are not comparable")
     common = [k for k in (metrics or DEFAULT_METRICS)
-              if all(isinstance(ra[i].get(k), int | float) and isinstance(rb[i].get(k), int | float) for i in ids)]
+              if all(_is_score(ra[i].get(k)) and _is_score(rb[i].get(k)) for i in ids)]
     missing = [k for k in (metrics or []) if k not in common]
     if missing:
         raise ConfigError(f"--metric {missing[0]}: not scored for every document of both runs")
+    if not common:
+        raise ConfigError(f"{a} and {b} share no metric scored for every document (looked for: "
+                          f"{', '.join(DEFAULT_METRICS)}); name one with --metric")
+    values = {k: (_values(a, ra, lines_a, ids, k), _values(b, rb, lines_b, ids, k)) for k in common}  # [docs] each
+    for k, (xa, xb) in values.items():  # every refusal before the first resample
+        with np.errstate(over="ignore"):
+            far = np.flatnonzero(~np.isfinite(xa - xb))
+        if far.size:
+            i = ids[int(far[0])]
+            raise ConfigError(f"document {i!r}: {k} A - B = {ra[i][k]!r} - {rb[i][k]!r} is beyond float's range "
+                              f"({far.size} of {len(ids)} documents)")
     out: dict[str, Any] = {"a": str(a), "b": str(b), "n_documents": len(ids), "metrics": {}}
-    for k in common:
-        xa, xb = [float(ra[i][k]) for i in ids], [float(rb[i][k]) for i in ids]
+    for k, (xa, xb) in values.items():
         p = paired(xa, xb)
-        out["metrics"][k] = {"mean_a": sum(xa) / len(xa), "mean_b": sum(xb) / len(xb), "diff": p.diff,
-                             "ci_low": p.low, "ci_high": p.high, "p_value": p.p_value}
+        out["metrics"][k] = {"mean_a": float(xa.mean()), "mean_b": float(xb.mean()), "diff": p.diff,
+                             "ci_low": p.low, "ci_high": p.high, "p_value": p.p_value,
+                             "interval_method": p.interval_method, "test_method": p.test_method,
+                             "resamples": p.resamples}
     return out
+
+
+def methods_line(result: dict[str, Any]) -> str:
+    """How the intervals and p-values were computed (the same for every metric but where BCa is undefined)."""
+    ms = result["metrics"]
+    if not ms:
+        return ""
+    first = next(iter(ms.values()))
+    other = [f"{k}: {m['interval_method']}" for k, m in ms.items() if m["interval_method"] != "BCa"]
+    test = (f"all 2^{result['n_documents']} sign patterns (exact)" if first["test_method"] == "exact"
+            else f"{first['resamples']:,} random sign patterns (Monte Carlo)")
+    return (f"interval: BCa bootstrap{' (' + ', '.join(other) + ')' if other else ''}, {first['resamples']:,} "
+            f"resamples; p: sign-flip permutation test, {test}")
 
 
 def render(result: dict[str, Any]) -> str:
     lines = [f"A: {result['a']}", f"B: {result['b']}", f"{result['n_documents']} documents scored by both; "
-             "A - B, 95% paired bootstrap interval, sign-flip permutation p-value", "",
+             "A - B, 95% paired bootstrap interval, sign-flip permutation p-value", methods_line(result), "",
              f"{'metric':<14}{'A':>8}{'B':>8}{'A - B':>8}  {'95% CI':<18}{'p':>8}"]
     for k, m in result["metrics"].items():
         ci = f"[{m['ci_low']:+.2f}, {m['ci_high']:+.2f}]"
         lines.append(f"{k:<14}{m['mean_a']:>8.2f}{m['mean_b']:>8.2f}{m['diff']:>+8.2f}  {ci:<18}{m['p_value']:>8.4f}")
     return "\n".join(lines)
+
+
+def _check_output(path: Path) -> None:
+    """Refuse a --json path that cannot be written as a file, before any work."""
+    if path.is_dir():
+        raise ConfigError(f"--json {path}: is a folder; name a file, e.g. {path / 'compare.json'}")
+    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise ConfigError(f"--json {path}: {blocker} is a file, not a folder")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -111,13 +199,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the comparison to this file")
     args = ap.parse_args(argv)
     try:
-        result = compare(scores_file(args.run_a, args.split), scores_file(args.run_b, args.split), args.metric)
-    except (ConfigError, ValueError, KeyError) as e:
+        if args.json is not None:
+            _check_output(args.json)
+        a, b = scores_file(args.run_a, args.split), scores_file(args.run_b, args.split)
+        if args.json is not None:  # the comparison never lands on a file it reads
+            refuse_overwrite({"--json": args.json}, [(f"run {w}'s {kind}", s.with_name(s.name.replace("scores_", kind + "_", 1)))
+                                                     for w, s in (("A", a), ("B", b)) for kind in ("scores", "predictions")])
+        result = compare(a, b, args.metric)
+        print(render(result))
+        if args.json is not None:
+            atomic_write_json(args.json, result)
+    except (ConfigError, ValueError, KeyError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(render(result))
-    if args.json is not None:
-        atomic_write_json(args.json, result)
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -184,3 +185,80 @@ def test_compare_reports_a_known_difference_and_refuses_unpaired_runs(tmp_path, 
     assert compare.main([str(fa), str(fb), "--metric", "bertscore_f1"]) == 2
     assert "--metric bertscore_f1: not scored" in capsys.readouterr().err
     assert compare.main([str(tmp_path / "nowhere"), str(fb)]) == 2
+
+
+# ---- O(documents) memory: the closed-form jackknife and resamples drawn a block at a time ---------------
+
+
+def _scipy_interval(x: np.ndarray, seed: int) -> tuple[float, float]:
+    """scipy's BCa interval of the mean (its n x (n - 1) jackknife), as stats used to call it."""
+    from scipy import stats as sp
+
+    res = sp.bootstrap((x,), lambda a, axis=-1: a.mean(axis=axis), vectorized=True, axis=-1, n_resamples=10_000,
+                       method="BCa", random_state=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_closed_form_jackknife_gives_scipys_bca_interval(case):
+    rng = np.random.default_rng(case)
+    n = int(rng.integers(2, 120))
+    x = [np.clip(rng.normal(40, 15, n), 0, 100), 100.0 * (rng.random(n) < 0.2), rng.lognormal(2, 1, n),
+         rng.normal(0, 1, n) - 1e3][case % 4]  # ROUGE-like, EM-like, skewed, far from 0
+    if np.all(x == x[0]):
+        x[0] += 1.0
+    got = stats.mean_ci(x, seed=case)
+    lo, hi = _scipy_interval(x, case)
+    assert got.method == "BCa"
+    assert abs(got.low - lo) <= 1e-12 and abs(got.high - hi) <= 1e-12, (got.low - lo, got.high - hi)
+    # the acceleration from the plain leave-one-out loop, in exact fractions (far from 0, float's rounding of
+    # the leave-one-out means shows in the 9th digit of a)
+    q = [Fraction(v) for v in x]
+    theta = [(sum(q) - q[i]) / (n - 1) for i in range(n)]
+    u = [(n - 1) * (sum(theta) / n - t) for t in theta]
+    want = float(sum(v ** 3 for v in u)) / (6 * float(sum(v ** 2 for v in u)) ** 1.5)
+    assert stats._acceleration(x) == pytest.approx(want, rel=1e-12, abs=1e-15)
+
+
+def test_paired_interval_and_p_are_scipys_at_a_fixed_seed():
+    from scipy import stats as sp
+
+    rng = np.random.default_rng(21)
+    for n in (14, 57, 300):  # 14: the first size past the exact test
+        a = rng.normal(40, 10, n)
+        b = a - rng.normal(0.7, 3, n)
+        got = stats.paired(a, b, seed=3)
+        lo, hi = _scipy_interval(a - b, 3)
+        perm = sp.permutation_test((a, b), lambda u, v, axis=-1: (u - v).mean(axis=axis), permutation_type="samples",
+                                   vectorized=True, n_resamples=10_000, alternative="two-sided",
+                                   random_state=np.random.default_rng(3))
+        assert got.test_method == "monte-carlo" and got.p_value == perm.pvalue
+        assert got.low == pytest.approx(lo, abs=1e-12) and got.high == pytest.approx(hi, abs=1e-12)
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 10 ** 9])
+def test_blocks_of_resamples_give_the_one_block_result(monkeypatch, block):
+    """Blocks of 1 row, of 7 values (less than a row: one row), of 64 rows, or everything at once: the
+    same draws in the same order, so the same interval and p-value, bit for bit."""
+    rng = np.random.default_rng(9)
+    a, b = rng.normal(30, 8, 200), rng.normal(29, 8, 200)
+    monkeypatch.setattr(stats, "CHUNK_ELEMENTS", 10 ** 9)
+    whole = stats.paired(a, b, seed=4, resamples=3001), stats.mean_ci(a, seed=4, resamples=3001)
+    monkeypatch.setattr(stats, "CHUNK_ELEMENTS", block * 200 if block in (1, 64) else block)
+    assert (stats.paired(a, b, seed=4, resamples=3001), stats.mean_ci(a, seed=4, resamples=3001)) == whole
+    assert whole[0].test_method == "monte-carlo" and whole[0].p_value > 0.0
+
+
+def test_bca_falls_back_to_percentile_where_it_is_undefined():
+    """Every resample below the mean (z0 = +inf): BCa's bounds are NaN, the percentile interval is used."""
+    x = np.array([1.0, 2.0, 9.0])
+    means = np.linspace(0.0, 3.0, 1000)  # all below the mean, 4
+    lo, hi, method = stats._interval(x, means)
+    assert method == "percentile" and (lo, hi) == pytest.approx(tuple(np.quantile(means, [0.025, 0.975])))
+
+
+def test_holm_refuses_what_is_not_a_p_value():
+    assert stats.holm([]) == [] and stats.holm([0.0, 1.0]) == [0.0, 1.0]
+    for bad in (-0.5, 1.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"holm: p-value .* \(position 1\) is not in \[0, 1\]"):
+            stats.holm([0.03, bad])
