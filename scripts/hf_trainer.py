@@ -11,19 +11,29 @@ one is for researchers whose training script is already a ``Seq2SeqTrainer``. Ro
 ``prefix_mask``, which the model's ``forward`` and ``generate`` take, so Trainer's predict loop keeps
 it (no custom trainer). The output folder loads with ``AutoModelForSeq2SeqLM.from_pretrained`` after
 ``import scaleformer``. Needs ``accelerate`` (``pip install 'scaleformer[hf]'``), as every Trainer does.
+
+Data: with neither file, generated ledgers (8 rows to train on, 2 to evaluate on); with ``--train``, your
+rows, evaluated on ``--validation`` when given (no evaluation otherwise). ``--validation`` alone is
+refused: it would evaluate a model trained on generated ledgers, not on your data. A mistake (a
+``--set`` without ``=``, an unknown method or parameter, a model folder that does not exist, a line that
+is not JSON, a row without its field) stops with one line, ``error: ...``, before the model loads.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import re
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
 import scaleformer
+from scaleformer.errors import ConfigError, UserError, check, redact
 
 TINY = "asset:readers/tiny_bart_reader"
 
@@ -89,50 +99,136 @@ def _value(text: str) -> Any:
         return text
 
 
-def _read(path: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """``--set key=value`` pairs as method parameters; an item without ``=`` or a key is refused."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        check(bool(sep and key.strip()), "--set", item, "expected KEY=VALUE (a method parameter, e.g. "
+              "middle_tokens=100)")
+        out[key.strip()] = _value(value)
+    return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python scripts/hf_trainer.py", description=__doc__.splitlines()[0])
+def method_settings(option: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The method config of ``conf/method/<option>`` with ``params`` applied, validated before any model
+    loads: an unknown option or parameter names the close one."""
+    from omegaconf import OmegaConf
+
+    from scaleformer.compose import compose_config
+    from scaleformer.methods import REGISTRY, method_config
+    from scaleformer.resources import group_options
+
+    options = group_options("method")
+    check(option in options, "--method", option, f"not an option of conf/method/{_close(option, options)}; "
+          f"choose one of {', '.join(options)}")
+    settings = OmegaConf.to_container(compose_config([f"method={option}"]).method, resolve=True)
+    known = [f.name for f in fields(REGISTRY[settings["name"]].Config) if f.name != "name"]
+    for key, value in params.items():
+        check(key in known, f"--set {key}", value, f"method {option} has no parameter {key!r}{_close(key, known)}; "
+              f"its parameters: {', '.join(known)}")
+    method_config({**settings, **params})  # types and ranges
+    return {**settings, **params}
+
+
+def _close(word: str, choices: list[str]) -> str:
+    match = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {match[0]}?)" if match else ""
+
+
+def read_rows(path: str, flag: str, needed: dict[str, str]) -> list[dict[str, Any]]:
+    """The rows of a jsonl file; each must be an object holding a string in every ``needed`` field
+    (field -> the flag naming it). A bad line is named by file and line number."""
+    from scaleformer.io import iter_jsonl
+
+    check(Path(path).is_file(), flag, path, "no such file")
+    rows = []
+    for n, row in iter_jsonl(path, ConfigError):
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path}:{n}: each line must be a JSON object with {', '.join(map(repr, needed))}, "
+                              f"got a {type(row).__name__}")
+        for field, named_by in needed.items():
+            if not isinstance(row.get(field), str):
+                have = ", ".join(map(repr, row)) or "none"
+                raise ConfigError(f"{path}:{n}: field {field!r} missing or not a string ({named_by} names it; "
+                                  f"the row's fields: {have})")
+        rows.append(row)
+    check(bool(rows), flag, path, "no rows (the file has no non-empty line)")
+    return rows
+
+
+def load_backbone(model: str) -> tuple[Any, Any]:
+    """The seq2seq model and its tokenizer; a folder that does not exist, a Hub id that cannot be reached
+    or a folder that holds no model is one ConfigError/HubUnreachableError naming ``--model``."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from scaleformer.model.hub import check_available, is_local
+    from scaleformer.resources import resolve_asset
+
+    path = resolve_asset(model)
+    if not is_local(path):
+        hub_id = re.fullmatch(r"[\w-][\w.-]*(/[\w-][\w.-]*)?", model) is not None
+        check(hub_id, "--model", model, "no such folder (give a model folder or a Hub id such as facebook/bart-base)")
+        check_available(path, "model weights", "Pass a local model folder with --model.")
+    try:
+        backbone = AutoModelForSeq2SeqLM.from_pretrained(path, use_safetensors=True)  # weights are data, never code
+        if model == TINY:
+            from scaleformer.model.tokenizer import load_offline_tokenizer
+
+            return backbone, load_offline_tokenizer("bart")
+        return backbone, AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--model {model}: not a loadable seq2seq model ({str(e).strip().splitlines()[0]})") from None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python scripts/hf_trainer.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=TINY, help="hub id or folder of a seq2seq model (default: the tiny reader)")
     p.add_argument("--method", default="scaleformer_middle", help="an option of conf/method/")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="method parameters (middle_tokens=100)")
     p.add_argument("--max-positions", type=int, help="the encoder's window (needed for T5-like models)")
     p.add_argument("--train", help="jsonl training rows (default: generated ledgers)")
-    p.add_argument("--validation", help="jsonl validation rows (default: generated ledgers)")
+    p.add_argument("--validation", help="jsonl rows to evaluate on after training; needs --train (default: "
+                   "generated ledgers without --train, no evaluation with it)")
     p.add_argument("--input-field", default="input")
     p.add_argument("--target-field", default="output")
     p.add_argument("--query-field")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--output", required=True, help="folder for the trained model")
-    a = p.parse_args(argv)
+    return p
 
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from scaleformer.resources import resolve_asset
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    try:
+        return run(a)
+    except UserError as e:  # a setting, a file, the network: one line, never a traceback
+        raise SystemExit(f"error: {redact(str(e).strip().splitlines()[0])}") from None
 
-    path = resolve_asset(a.model)
-    backbone = AutoModelForSeq2SeqLM.from_pretrained(path, use_safetensors=True)  # weights are data, never code
-    if a.model == TINY:
-        from scaleformer.model.tokenizer import load_offline_tokenizer
 
-        tokenizer = load_offline_tokenizer("bart")
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    params = dict(kv.split("=", 1) for kv in a.set)
-    model = scaleformer.wrap(backbone, a.method, tokenizer=tokenizer, max_positions=a.max_positions,
-                             **{k: _value(v) for k, v in params.items()})
-    if a.train:
-        train, val = _read(a.train), _read(a.validation) if a.validation else []
+def run(a: argparse.Namespace) -> int:
+    check(a.steps >= 1, "--steps", a.steps, "must be >= 1")
+    check(a.lr > 0, "--lr", a.lr, "must be > 0")
+    check(a.validation is None or a.train is not None, "--validation", a.validation,
+          "needs --train (alone it would evaluate a model trained on generated ledgers)")
+    settings = method_settings(a.method, parse_set(a.set))
+    needed = {a.input_field: "--input-field", a.target_field: "--target-field"}
+    if a.query_field:
+        needed[a.query_field] = "--query-field"
+    if a.train:  # read and checked before the model loads
+        train = read_rows(a.train, "--train", needed)
+        val = read_rows(a.validation, "--validation", needed) if a.validation else []
     else:
         from scaleformer.data.synthetic import split_rows
 
         train, val = split_rows("train", 8, 1200, seed=3), split_rows("validation", 2, 1200, seed=3)
-    fields = dict(input_field=a.input_field, target_field=a.target_field, query_field=a.query_field)
-    trainer = build_trainer(model, tokenizer, encode_rows(train, tokenizer, **fields),
-                            encode_rows(val, tokenizer, **fields), a.output, a.steps, a.lr)
+    backbone, tokenizer = load_backbone(a.model)
+    model = scaleformer.wrap(backbone, settings, tokenizer=tokenizer, max_positions=a.max_positions)
+    columns = dict(input_field=a.input_field, target_field=a.target_field, query_field=a.query_field)
+    trainer = build_trainer(model, tokenizer, encode_rows(train, tokenizer, **columns),
+                            encode_rows(val, tokenizer, **columns), a.output, a.steps, a.lr)
     trainer.train()
     trainer.save_model(a.output)
     if val:

@@ -6,7 +6,8 @@
     scaleformer train --config-dir ./my_conf method=my_method   # your own groups join the search path
 
 A mistake in the settings is one line (``error: <key>=<value>: ...``) and exit status 1, before any
-heavy work. In a multirun a failed cell is recorded and the sweep goes on (exit 1 at its end).
+heavy work; so is a config file that is not YAML (``error: <file>:<line>:<column>: ...``). In a
+multirun a failed cell is recorded and the sweep goes on (exit 1 at its end).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def main() -> None:
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
 
+        if (line := config_file_error(e)) is not None:  # a YAML file Hydra read: checked above, here as a fallback
+            raise SystemExit(f"error: {line}") from None
         if not isinstance(e, HydraException | OmegaConfBaseException):
             raise
         raise SystemExit(f"error: {composition_error(e)}") from None
@@ -109,12 +112,46 @@ def check_composed_targets(argv: list[str]) -> None:
         try:
             with initialize_config_dir(str(conf_dir()), version_base="1.3"):
                 cfg = compose(args.config_name or "config", [*overrides, *extra], return_hydra_config=True)
-        except Exception:
+        except Exception as e:
+            if (line := config_file_error(e, args.config_dir)) is not None:
+                raise SystemExit(f"error: {line}") from None
             return
         try:
             check_all_targets(OmegaConf.to_container(cfg, resolve=False))
         except ConfigError as e:
             raise SystemExit(f"error: {redact(str(e))}") from None
+
+
+def config_file_error(e: BaseException, config_dir: str | None = None) -> str | None:
+    """One line for a config file that is not YAML (PyYAML's reason, the file and line), None for any
+    other error. Why: Hydra passes PyYAML's errors on as they are, a traceback of its internals. A file
+    that is not UTF-8 is found under ``config_dir`` (Python's decode error does not name it)."""
+    import yaml
+
+    seen: list[BaseException] = []
+    link: BaseException | None = e
+    while link is not None and link not in seen and len(seen) < 8:  # Hydra may wrap it
+        seen.append(link)
+        link = link.__cause__ or link.__context__
+    for err in seen:
+        if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+            mark, ctx = err.problem_mark, err.context_mark
+            where = f" at line {ctx.line + 1}, column {ctx.column + 1}" if ctx is not None else ""
+            context = f" ({err.context}{where})" if err.context else ""
+            return redact(f"{mark.name}:{mark.line + 1}:{mark.column + 1}: not readable YAML: {err.problem}{context}")
+        if isinstance(err, yaml.YAMLError):  # PyYAML's reader names the file and the position itself
+            return redact(f"not readable YAML: {' '.join(str(err).split())}")
+    if config_dir and any(isinstance(err, UnicodeDecodeError) for err in seen):
+        from pathlib import Path
+
+        for path in sorted(Path(config_dir).rglob("*.y*ml")):
+            data = path.read_bytes()
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as u:
+                return redact(f"{path}: not UTF-8 text (byte 0x{data[u.start]:02x} at offset {u.start}); "
+                              "config files are read as UTF-8")
+    return None
 
 
 def composition_error(e: BaseException) -> str:

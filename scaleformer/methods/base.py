@@ -78,8 +78,8 @@ class Method(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "name" in cls.__dict__:
-            REGISTRY[cls.name] = cls
+        if "name" in cls.__dict__:  # a plugin's class cannot take a registered name (compat.claim)
+            compat.claim(REGISTRY, cls.name, cls, "method")
 
     def __init__(self, cfg: MethodConfig, spec: BackboneSpec) -> None:
         self.cfg = cfg

@@ -9,6 +9,7 @@ signature (:func:`bind`, :func:`call`) under the names they had across releases 
 (:data:`TESTED`). Where a check fails, a speed-only patch gives way to the stock path (the same
 tokens, slower) and says so once (:func:`enabled`); a method that cannot exist without its patch
 stops at start-up with one line naming the installed version and the tested range (:func:`require`).
+:func:`claim` is the one rule of the registries plugins add to (methods, span kinds): no replacing.
 
 Every place the project touches a dependency's internals (all behind this module):
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -292,6 +294,13 @@ _REASONS: dict[str, str | None] = {}
 _NOTICED: set[str] = set()
 
 
+def known_patch(name: str, key: str) -> None:
+    """Raise ConfigError unless ``name`` is a registered patch (a typo in a method's ``requires``)."""
+    if name not in PATCHES:
+        raise ConfigError(f"{key}: requires patch {name!r}, which is not registered; known patches: "
+                          f"{', '.join(sorted(PATCHES))}")
+
+
 def mismatch(name: str) -> str | None:
     """Why the installed transformers does not fit patch ``name`` (cached), or None when it does."""
     if name not in _REASONS:
@@ -317,6 +326,7 @@ def enabled(name: str) -> bool:
 def require(names: Iterable[str], key: str) -> None:
     """Stop with one line when a required patch does not fit the installed transformers."""
     for name in names:
+        known_patch(name, key)
         if (why := mismatch(name)) is not None:
             raise ConfigError(f"{key} needs {PATCHES[name].what}, which this project patches into transformers; "
                               f"the installed transformers {installed('transformers')} does not fit ({why}); "
@@ -332,3 +342,32 @@ def reset() -> None:
 def report() -> dict[str, str]:
     """Each patch's state ("on", or "off: why"), for metrics.json and bug reports."""
     return {n: "on" if mismatch(n) is None else f"off: {mismatch(n)}" for n in PATCHES}
+
+
+# ------------------------------------------------------------------------ names plugins register
+def defined_in(obj: Any) -> str:
+    """Where a class (or an instance's class) is defined: its module and the package it ships in."""
+    from importlib.metadata import packages_distributions
+
+    module = (obj if isinstance(obj, type) else type(obj)).__module__
+    top = module.split(".")[0]
+    return f"{module} (package {(packages_distributions().get(top) or [top])[0]})"
+
+
+def _definition(obj: Any) -> tuple[str, str]:
+    """A class's source file (its module's name when it has none) and qualified name: the same for a
+    module imported twice, under two names, or reloaded."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return getattr(sys.modules.get(cls.__module__), "__file__", None) or cls.__module__, cls.__qualname__
+
+
+def claim(registry: dict[str, Any], name: str, obj: Any, what: str) -> None:
+    """Register ``obj`` under ``name`` (methods, span kinds), or raise ConfigError when another definition
+    holds it. Why: a plugin's ``sled`` replacing the built-in one would change every ``method=sled`` run
+    without a word. The same definition again is harmless and takes the old one's place."""
+    old = registry.get(name)
+    if old is not None and old is not obj and _definition(old) != _definition(obj):
+        mine = (old if isinstance(old, type) else type(old)).__module__.split(".")[0] == __name__.split(".")[0]
+        raise ConfigError(f"{what} {name!r} of {defined_in(obj)} would replace the {'built-in ' if mine else ''}one "
+                          f"of {defined_in(old)}: a plugin cannot replace a registered {what}; give it another name")
+    registry[name] = obj

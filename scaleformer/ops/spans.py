@@ -77,7 +77,8 @@ SPAN_KINDS: dict[str, SpanKind] = {}
 
 
 def register_span_kind(kind: SpanKind) -> SpanKind:
-    SPAN_KINDS[kind.name] = kind
+    """Add ``kind`` under its name; a name another definition holds (``full``) is refused (compat.claim)."""
+    compat.claim(SPAN_KINDS, kind.name, kind, "span kind")
     return kind
 
 
