@@ -43,8 +43,10 @@ from transformers import AutoModelForSeq2SeqLM, GenerationMixin, PreTrainedModel
 
 from scaleformer.errors import ConfigError
 from scaleformer.model.hf_config import CONFIG_FILE, ScaleformerConfig, check_config, check_window
+from scaleformer.model.hf_embeddings import BackboneEmbeddings
 
-__all__ = ["RECORD_FILE", "ScaleformerConfig", "ScaleformerForConditionalGeneration", "check_inputs", "check_window"]
+__all__ = ["RECORD_FILE", "ScaleformerConfig", "ScaleformerForConditionalGeneration", "check_inputs", "check_outputs",
+           "check_window"]
 # The export's method record (scaleformer.export.folder.META_FILE), read here only to compare methods.
 RECORD_FILE = "scaleformer.json"
 
@@ -56,7 +58,7 @@ if TYPE_CHECKING:
     from scaleformer.methods.base import Encoded, Method
 
 
-class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
+class ScaleformerForConditionalGeneration(BackboneEmbeddings, PreTrainedModel, GenerationMixin):
     """A seq2seq backbone whose encoder side is a long-context method (``self.method``).
 
     ``forward(input_ids, attention_mask, labels)`` encodes the long input with the method (chunks,
@@ -64,6 +66,7 @@ class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
     ``generate(input_ids, attention_mask)`` does the same, then decodes with beam-shared
     cross-attention (:mod:`scaleformer.ops.decoding`). A query (QA tasks) rides along as
     ``prefix_ids`` / ``prefix_mask``, which both accept, so Seq2SeqTrainer's predict loop keeps it.
+    The embedding API (``resize_token_embeddings``, ...) is the backbone's (:mod:`.hf_embeddings`).
     """
 
     config_class = ScaleformerConfig
@@ -83,6 +86,8 @@ class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
         if backbone is None:
             backbone = AutoModelForSeq2SeqLM.from_config(config.backbone)
         self.backbone = backbone
+        # One config object: what the backbone's modules read (and a resize sets) is what config.json writes.
+        config.backbone = backbone.config
         self.method: Method = method
         self.post_init()
         # After post_init, which initialises every module not yet initialised: a method's new modules
@@ -137,15 +142,6 @@ class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
     def get_decoder(self) -> torch.nn.Module:
         return self.backbone.get_decoder()
 
-    def get_input_embeddings(self) -> torch.nn.Module:
-        return self.backbone.get_input_embeddings()
-
-    def set_input_embeddings(self, value: torch.nn.Module) -> None:
-        self.backbone.set_input_embeddings(value)
-
-    def get_output_embeddings(self) -> torch.nn.Module | None:
-        return self.backbone.get_output_embeddings()
-
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                prefix_ids: torch.Tensor | None = None, prefix_mask: torch.Tensor | None = None,
                training: bool | None = None) -> Encoded:
@@ -165,6 +161,7 @@ class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
             if input_ids is None:
                 raise ValueError("forward needs input_ids (or encoder_outputs from encode())")
             check_inputs("forward", input_ids, attention_mask, prefix_ids, prefix_mask)
+            check_outputs("forward", self, kwargs.get("output_attentions"))
             enc = self.encode(input_ids, attention_mask, prefix_ids=prefix_ids, prefix_mask=prefix_mask)
             encoder_outputs, attention_mask = (enc.hidden,), enc.mask
         return self.backbone(encoder_outputs=encoder_outputs, attention_mask=attention_mask,
@@ -189,6 +186,7 @@ class ScaleformerForConditionalGeneration(PreTrainedModel, GenerationMixin):
         if beams is not None and not (isinstance(beams, int) and not isinstance(beams, bool) and beams >= 1):
             where = "generate(num_beams" if beams_given else "generation_config.num_beams"
             raise ConfigError(f"{where}={beams!r}{')' if beams_given else ''}: must be >= 1 (1: greedy search)")
+        check_outputs("generate", self, gen.output_attentions)
         enc = self.encode(input_ids, attention_mask, prefix_ids=prefix_ids, prefix_mask=prefix_mask, training=False)
         return decoding.generate(self.backbone, enc.hidden, enc.mask, generation_config=gen, **kwargs)
 
@@ -217,6 +215,27 @@ def check_inputs(call: str, input_ids: Any, attention_mask: Any = None, prefix_i
             raise ConfigError(f"{call}(prefix_ids.shape={list(prefix_ids.shape)}): needs one query per document "
                               f"of input_ids.shape={list(input_ids.shape)}")
         _check_mask(call, "prefix_mask", prefix_mask, "prefix_ids", prefix_ids)
+
+
+def check_outputs(call: str, model: ScaleformerForConditionalGeneration, output_attentions: Any) -> None:
+    """Attention weights only where they mean what transformers says, else one line: the decoder's under
+    eager attention (sdpa returns None silently), and not under a retrieval method, whose cross-attention
+    reads the keys it retrieves per query rather than the encoded positions. (Hidden states need no check:
+    the decoder's come back, the method's encoding is ``encoder_last_hidden_state``; it has no per-layer
+    encoder states to give.)"""
+    if not output_attentions:
+        return
+    # deferred: ops can be half-built when the Auto registration imports this module (note above)
+    from scaleformer.ops import compat
+
+    impl = compat.attn_impl(model.backbone) or "eager"
+    if impl != "eager":
+        raise ConfigError(f"{call}(output_attentions=True): the backbone runs {impl!r} attention, which gives no "
+                          "attention weights; load it with attn_implementation=\"eager\" to get them")
+    if "retrieval_layers" in getattr(model.method, "requires", ()):
+        raise ConfigError(f"{call}(output_attentions=True): method {model.method.cfg.name!r} cross-attends to the "
+                          "keys it retrieves for each query, not to the encoded positions: it has no cross-attention "
+                          "map over the input to return")
 
 
 def _check_ids(call: str, name: str, ids: Any) -> None:

@@ -6,6 +6,11 @@ model code. :func:`learned_positions` (the input positions a backbone's config h
 here too, so the model class checks its window without importing the backbone loader, and so does
 :func:`check_config`: config.json's parts present and typed, which the model class runs before it builds
 anything (a missing method section must not load as truncation, a mistyped spec fail deep in chunking).
+
+The config holds the backbone's config rather than being it, yet transformers asks the model's config the
+text questions (``vocab_size``, ``get_text_config()``, special ids: ``compute_transition_scores``,
+``resize_token_embeddings``, the Trainer's token alignment). Each is answered from ``backbone``, the one
+copy (:data:`BACKBONE_KEYS`, :data:`DECODER_SIZES`): nothing is mirrored into config.json, so nothing drifts.
 """
 
 from __future__ import annotations
@@ -20,8 +25,11 @@ from scaleformer.model.spec import BackboneSpec
 
 # Where a loaded config comes from: every message about it names the file.
 CONFIG_FILE = "config.json"
-# Backbone token ids the top-level config mirrors, so generation and Trainer read them where they look.
-_TOKEN_KEYS = ("pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id")
+# What transformers reads (and writes: resize_token_embeddings sets vocab_size) on the model's config,
+# kept on the backbone's: reading or setting one here reads or sets the backbone's.
+BACKBONE_KEYS = ("vocab_size", "pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id")
+# The decoder's sizes (transformers' generic names), read from the backbone's decoder text config.
+DECODER_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads")
 
 
 class ScaleformerConfig(PretrainedConfig):
@@ -37,11 +45,22 @@ class ScaleformerConfig(PretrainedConfig):
         self.backbone = _backbone_config(backbone)
         self.method = dict(method) if isinstance(method, dict) else method
         self.spec = dict(spec) if isinstance(spec, dict) else spec
-        for key in _TOKEN_KEYS:
-            if kwargs.get(key) is None and isinstance(self.backbone, PretrainedConfig):
-                kwargs[key] = getattr(self.backbone, key, None)
+        # Top-level copies (config.json files written before these keys were delegated mirror the
+        # backbone's; a caller's own value sets the backbone's); sizes belong to the backbone alone.
+        given = {k: kwargs.pop(k) for k in (*BACKBONE_KEYS, *DECODER_SIZES) if k in kwargs}
         kwargs["is_encoder_decoder"] = True
         super().__init__(**kwargs)
+        if isinstance(self.backbone, PretrainedConfig):
+            for key, value in given.items():
+                if key in BACKBONE_KEYS and value is not None:
+                    setattr(self.backbone, key, value)
+
+    def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> PretrainedConfig:
+        """The backbone's text config (its decoder's with ``decoder=True``): what transformers' generation,
+        resizing and caches read."""
+        if isinstance(self.backbone, PretrainedConfig):
+            return self.backbone.get_text_config(decoder=decoder, encoder=encoder)
+        return super().get_text_config(decoder=decoder, encoder=encoder)
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
@@ -54,6 +73,37 @@ class ScaleformerConfig(PretrainedConfig):
         fields = {f.name for f in dataclasses.fields(BackboneSpec)}
         spec = {k: (tuple(v) if isinstance(v, list) else v) for k, v in self.spec.items() if k in fields}
         return BackboneSpec(**spec)
+
+
+def _backbone_key(key: str) -> property:
+    """``config.<key>`` is ``config.backbone.<key>``, read and set (None without a backbone config)."""
+    def get(self: ScaleformerConfig) -> Any:
+        return getattr(self.backbone, key, None) if isinstance(self.backbone, PretrainedConfig) else None
+
+    def put(self: ScaleformerConfig, value: Any) -> None:
+        if not isinstance(self.backbone, PretrainedConfig):
+            raise ConfigError(f"config.{key}={value!r}: the config has no backbone config to set it on")
+        setattr(self.backbone, key, value)
+    return property(get, put, doc=f"The backbone's {key} (config.backbone.{key}).")
+
+
+def _decoder_size(key: str) -> property:
+    """``config.<key>``: the backbone decoder's, read only (its config says which field holds it)."""
+    def get(self: ScaleformerConfig) -> Any:
+        if not isinstance(self.backbone, PretrainedConfig):
+            return None
+        return getattr(self.backbone.get_text_config(decoder=True), key, None)
+
+    def put(self: ScaleformerConfig, value: Any) -> None:
+        raise ConfigError(f"config.{key}={value!r}: a size of the backbone; set it on config.backbone (before the "
+                          "model is built)")
+    return property(get, put, doc=f"The backbone decoder's {key}, read only.")
+
+
+for _key in BACKBONE_KEYS:
+    setattr(ScaleformerConfig, _key, _backbone_key(_key))
+for _key in DECODER_SIZES:
+    setattr(ScaleformerConfig, _key, _decoder_size(_key))
 
 
 def learned_positions(conf: PretrainedConfig) -> tuple[str, int] | None:
