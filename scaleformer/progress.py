@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import IO
 
+FIRST_LINE_S = 20.0  # the first line comes with the first unit done after this many seconds, if no tenth came first
+
 
 def is_terminal(stream: IO[str] | None = None) -> bool:
     """Whether ``stream`` (default stdout) is an interactive terminal, where redrawing a bar is right."""
@@ -38,29 +40,37 @@ class Lines:
     """Announces ``what`` at about every ``every`` of ``total`` units, and at the end.
 
     ``start`` is where the work resumes (a continued training run starts at its checkpoint's step): the
-    rate and the ETA count only the units done since this object was made.
+    rate and the ETA count only the units done since this object was made. A tenth can take minutes (the
+    embedded default's first was 4-8 minutes in), so the first line also comes once ``first`` seconds have
+    passed: early enough to show the work is moving, with its rate and ETA.
     """
 
     def __init__(self, what: str, total: int | None, unit: str, *, start: int = 0, every: float = 0.1,
-                 write: Callable[[str], None] | None = None) -> None:
+                 first: float = FIRST_LINE_S, write: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.what, self.total, self.unit, self.start = what, total, unit, start
         self.step = max(1, math.ceil(total * every)) if total else None
         self.next = (start // self.step + 1) * self.step if self.step else None
-        self.t0 = time.monotonic()
+        self.first, self.said, self.clock = first, False, clock
+        self.t0 = clock()
         self.write = write or (lambda line: print(line, flush=True))
 
     def due(self, done: int) -> bool:
         """Whether ``update(done)`` will print (so a caller computes its detail only then)."""
-        return self.next is not None and self.total is not None and (done >= self.next or done >= self.total)
+        if self.next is None or self.total is None:
+            return False
+        early = not self.said and done > self.start and self.clock() - self.t0 >= self.first
+        return early or done >= self.next or done >= self.total
 
     def update(self, done: int, detail: str = "") -> None:
         """Call after each unit with the count done so far; prints only when a mark is crossed."""
         if not self.due(done):
             return
+        self.said = True
         self.next = (done // self.step + 1) * self.step if self.step else None
         if done >= self.total:
             self.next = None  # the last line has been said
-        elapsed = time.monotonic() - self.t0
+        elapsed = self.clock() - self.t0
         rate = (done - self.start) / elapsed if elapsed > 0 and done > self.start else 0.0
         parts = [f"{self.what}: {self.unit} {done}/{self.total} ({100 * done / self.total:.0f}%)"]
         if detail:

@@ -25,3 +25,25 @@ class KillAt(CrashAt):
     def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
         if trainer.global_step == self.step:
             os._exit(137)
+
+
+def transformers_warnings() -> Any:
+    """A context collecting what transformers logs at warning level (its own handler never reaches pytest's
+    caplog); ``warning_once``'s memory is cleared first, so a warning said earlier in the session shows again."""
+    import contextlib
+    import logging
+
+    @contextlib.contextmanager
+    def collect() -> Any:
+        records: list[str] = []
+        handler = logging.Handler(logging.WARNING)
+        handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+        logger = logging.getLogger("transformers")
+        logging.Logger.warning_once.cache_clear()  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        try:
+            yield records
+        finally:
+            logger.removeHandler(handler)
+
+    return collect()

@@ -211,6 +211,7 @@ def test_readme_summarize_and_score_commands(tmp_path, tmp_path_factory):
     assert len(commands) >= 3
     for line in commands:
         args = [str(model) if a in ("DIR", "results/runs/<run>/model") else
+                str(ROOT / a) if a.startswith("examples/") else  # the shipped example document
                 str(tmp_path / a) if a.endswith((".txt", ".jsonl")) else a for a in shlex.split(line)[2:]]
         proc = subprocess.run([sys.executable, "-m", "scaleformer.cli", "summarize", *args], cwd=ROOT,
                               env=_env(), capture_output=True, text=True, timeout=300)
@@ -222,6 +223,9 @@ def test_readme_summarize_and_score_commands(tmp_path, tmp_path_factory):
             assert (tmp_path / "docs.summaries.jsonl").read_text().strip(), line
         else:
             assert proc.stdout.strip() or "warning: the model wrote no text" in proc.stderr, (line, proc.stderr)
+    auto = _snippet("results/runs/<run>/model")  # the Auto-class snippet, on the model trained here
+    out = _run_snippet(auto.replace("results/runs/<run>/model", str(model)))
+    assert not SPECIAL_TEXT.search(out), out
     preds = next(tmp_path.rglob("predictions_validation.jsonl"))
     for line in dict.fromkeys(c for _, c in _commands() if c.startswith(".venv/bin/scaleformer score")):
         args = [preds if "<run>" in a else a for a in shlex.split(line)[2:]]
@@ -229,3 +233,42 @@ def test_readme_summarize_and_score_commands(tmp_path, tmp_path_factory):
                                env=_env(), capture_output=True, text=True, timeout=300)
         assert score.returncode == 0, score.stderr[-3000:]
         assert "rouge1" in score.stdout
+
+
+SPECIAL_TEXT = re.compile(r"</?s>|<pad>|<unk>")
+
+
+def _snippet(marker: str) -> str:
+    """The README's one python block containing ``marker``."""
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), flags=re.S)
+              if marker in b]
+    assert len(blocks) == 1, f"{len(blocks)} python blocks of README.md contain {marker!r}"
+    return blocks[0]
+
+
+def _run_snippet(code: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, (code, proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr and "maximum sequence length" not in proc.stderr, proc.stderr[-3000:]
+    assert "not valid and may be ignored" not in proc.stderr, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_the_offline_wrap_snippet_summarizes_the_example_document():
+    """The README's offline ``wrap`` (a shipped reader, its own tokenizer, examples/report.txt) runs as
+    written, with no tokenizer or generation warning, and prints text without special tokens."""
+    out = _run_snippet(_snippet("scaleformer/assets/readers/"))
+    assert out.strip() and not SPECIAL_TEXT.search(out), out
+
+
+def test_the_example_document_is_the_generators():
+    """examples/report.txt and its summary are what examples/make_report.py writes (deterministic)."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import make_report
+
+    files = make_report.example()
+    assert set(files) == {"report.txt", "report.summary.txt"}
+    for name, text in files.items():
+        assert (ROOT / "examples" / name).read_text(encoding="utf-8") == text, "run python examples/make_report.py"
+    assert files["report.summary.txt"].startswith("The ledger of ")

@@ -33,7 +33,7 @@ from scaleformer.methods.truncation import prepend_prefix
 from scaleformer.model.backbone import build_model as build
 from scaleformer.model.backbone import model_config
 from scaleformer.model.readers import RECIPES, Recipe, Stage, asset_dir
-from scaleformer.model.tokenizer import load_offline_tokenizer
+from scaleformer.model.tokenizer import load_offline_tokenizer, save_tokenizer
 from scaleformer.resources import conf_dir
 
 
@@ -153,6 +153,7 @@ def pretrain(recipe: Recipe, out_dir: Path, log: Any = print, resume: Path | Non
             "torch": torch.__version__, "threads": torch.get_num_threads()}
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
+        save_tokenizer(tok, tmp)  # the tokenizer it was trained with: AutoTokenizer.from_pretrained(folder)
         atomic_write_json(tmp / "recipe.json", info)
     return info
 

@@ -15,6 +15,10 @@ from typing import Any
 import yaml
 
 CARD_FILE = "README.md"
+# The package is not on PyPI: it installs from its source, as the repository's docs/using.md does.
+INSTALL = ("Needs the scaleformer package, which is not on PyPI: install it from its source, "
+           "`pip install -c requirements.lock .` in a checkout of the scaleformer repository "
+           "(or `pip install git+<the repository's URL>`)")
 _SCORES = ("rouge1", "rouge2", "rougeL", "rougeLsum", "bertscore_f1", "fact_recall", "fact_field_recall")
 
 
@@ -51,8 +55,8 @@ def model_card(record: dict[str, Any]) -> str:
     backbone = record.get("backbone") or {}
     parts = ["---", yaml.safe_dump(_front_matter(record), sort_keys=False).strip(), "---", "",
              f"# {run.get('run_id') or 'scaleformer model'}", "",
-             "Needs the scaleformer package: `pip install scaleformer`, then `import scaleformer` before "
-             "loading (it registers `model_type: scaleformer` with transformers' Auto classes).", "",
+             INSTALL + ", then `import scaleformer` before loading (it registers `model_type: scaleformer` "
+             "with transformers' Auto classes).", "",
              f"A {backbone.get('model_type') or 'seq2seq'} summarizer trained with the long-context method "
              f"**{method['option']}** (`{method['class']}`) by "
              "the scaleformer framework on `" + str(record.get("data")) + "`.", "",

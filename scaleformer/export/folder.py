@@ -6,8 +6,8 @@ What the folder holds (written at the end of every training, atomically: built b
   together (:class:`scaleformer.model.hf.ScaleformerForConditionalGeneration`, the parameters a method
   adds included), loadable with ``AutoModelForSeq2SeqLM.from_pretrained(DIR)`` after ``import
   scaleformer``; ``generation_config.json``: the run's decoding settings, so a plain ``generate()``
-  decodes as the run did; ``tokenizer.json`` etc.: ``AutoTokenizer.from_pretrained(DIR)``, with
-  ``model_max_length`` the backbone's window;
+  decodes as the run did; ``tokenizer.json`` etc.: ``AutoTokenizer.from_pretrained(DIR)``, with no
+  ``model_max_length`` limit (the method reads whole documents; the window would only warn);
 - ``scaleformer.json``, the method record: the method (option, class, config), the backbone facts
   the method needs, the generation settings, the data and metric settings, the run it came from (id,
   step, training identity, commit, command, seed) and the package versions, so
@@ -39,7 +39,6 @@ FORMAT = 2
 FORMATS = (1, 2)  # 1: the backbone alone + method_state.safetensors; 2: the model class with its method
 META_FILE = "scaleformer.json"
 METHOD_STATE = "method_state.safetensors"  # format 1 only
-TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
 def method_record(module: Any, run: dict[str, Any]) -> dict[str, Any]:
@@ -65,14 +64,15 @@ def method_record(module: Any, run: dict[str, Any]) -> dict[str, Any]:
 
 def export_model(module: Any, out: Path, run: dict[str, Any]) -> Path:
     """Write the model folder ``out`` from the trained module and the run's record; returns ``out``."""
+    from scaleformer.model.tokenizer import save_tokenizer  # transformers: only where a folder is written
+
     record = method_record(module, run)
     if hasattr(module.model.config, "method"):  # the method as it ran (a run may decide a runtime setting late),
         module.model.config.method = dataclasses.asdict(module.method.cfg)  # so config.json and the record agree
     with atomic_dir(out) as tmp:
         module.model.save_pretrained(tmp)
         run_generation_config(module).save_pretrained(tmp)
-        module.tokenizer.save_pretrained(tmp)
-        _set_model_max_length(tmp, module.method.spec.max_positions)
+        save_tokenizer(module.tokenizer, tmp)
         (tmp / META_FILE).write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
         (tmp / CARD_FILE).write_text(model_card(record), encoding="utf-8")
     log.info("exported the trained model (step %s) to %s", record["run"]["step"], out)
@@ -80,21 +80,20 @@ def export_model(module: Any, out: Path, run: dict[str, Any]) -> Path:
 
 
 def run_generation_config(module: Any) -> Any:
-    """The model's generation config with the run's decoding settings (beams, lengths, n-gram blocking)."""
+    """The model's generation config with the run's decoding settings (beams, lengths, n-gram blocking).
+
+    A greedy run's folder holds the beam-only flags at their defaults (its own or its backbone's values
+    would make each ``generate()`` warn that they are not valid flags; greedy search never reads them)."""
     import copy
 
+    from scaleformer.ops.decoding import BEAM_ONLY
+
     gen = copy.deepcopy(module.model.generation_config)
-    gen.update(**generation_kwargs(module.gen_cfg))
+    kwargs = generation_kwargs(module.gen_cfg)
+    if kwargs["num_beams"] == 1:
+        kwargs = {**kwargs, **{k: v for k, v in BEAM_ONLY.items() if getattr(gen, k, None) is not None or k in kwargs}}
+    gen.update(**kwargs)
     return gen
-
-
-def _set_model_max_length(folder: Path, n: int) -> None:
-    """``tokenizer(text, truncation=True)`` cuts at the backbone's window, as for the backbone alone (the
-    method reads longer inputs: tokenize documents without truncation)."""
-    f = Path(folder) / TOKENIZER_CONFIG
-    conf = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
-    conf["model_max_length"] = n
-    f.write_text(json.dumps(conf, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def add_results(folder: Path, results: dict[str, Any]) -> None:

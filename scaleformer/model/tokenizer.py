@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 from tokenizers import Tokenizer, processors
 from transformers import PreTrainedTokenizerFast
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 # The constants and the special-token probe live in vocab (no transformers there); their names stay here.
 from scaleformer.model.vocab import ASSET, SPECIAL_TOKENS, VOCAB_SIZE, special_token_ids  # noqa: F401
 
 FLAVOURS = ("bart", "t5")
+# transformers' own "no limit" (int(1e30)): the methods read whole documents, so a saved tokenizer must not
+# claim the encoder's window (it would warn "sequence length is longer than ..." on every long document).
+NO_LIMIT = VERY_LARGE_INTEGER
 
 
 def _with_template(tok: Tokenizer, flavour: str) -> Tokenizer:
@@ -53,6 +58,17 @@ def load_offline_tokenizer(flavour: str = "bart") -> PreTrainedTokenizerFast:
         # Byte-level BPE decodes spaces exactly; WordPiece-style cleanup would corrupt it.
         clean_up_tokenization_spaces=False,
     )
+
+
+def save_tokenizer(tokenizer: PreTrainedTokenizerFast, folder: str | Path) -> None:
+    """``tokenizer.save_pretrained(folder)`` with no length limit, so ``AutoTokenizer.from_pretrained(folder)``
+    gives the same ids and never warns that a long document is "longer than the maximum"; a user who wants
+    a cut asks for one (``tokenizer(text, truncation=True, max_length=N)``)."""
+    tokenizer.save_pretrained(folder)
+    f = Path(folder) / "tokenizer_config.json"
+    conf = json.loads(f.read_text(encoding="utf-8"))
+    conf["model_max_length"] = NO_LIMIT
+    f.write_text(json.dumps(conf, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:

@@ -21,6 +21,7 @@ from scaleformer.model.backbone import backbone_spec, check_positions
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
 from scaleformer.model.hf_config import learned_positions
 from scaleformer.model.spec import BackboneSpec
+from scaleformer.model.tokenizer import NO_LIMIT
 from scaleformer.resources import group_options
 
 
@@ -65,11 +66,16 @@ def wrap(model: PreTrainedModel, method: str | dict[str, Any] = "scaleformer_mid
     ``method`` names an option of ``conf/method/`` (``sled``, ``scaleformer_middle``, ...) or is a
     method config dict; ``method_params`` change its parameters (``middle_tokens=100``).
     ``max_positions`` is the encoder's window (default: the model's learned positions; T5 needs it).
+    A ``tokenizer`` given here stops claiming the window as its ``model_max_length`` (the wrapped model
+    reads whole documents; the claim only warned on each long one): cut with ``max_length=N`` when wanted.
     """
     check_arguments(model, method, tokenizer, max_positions)
     mcfg = method_config(_method_dict(method, method_params))
-    return ScaleformerForConditionalGeneration.from_parts(model, build_method(mcfg, spec_for(model, tokenizer,
-                                                                                             max_positions)))
+    wrapped = ScaleformerForConditionalGeneration.from_parts(model, build_method(mcfg, spec_for(model, tokenizer,
+                                                                                                max_positions)))
+    if isinstance(getattr(tokenizer, "model_max_length", None), int):
+        tokenizer.model_max_length = NO_LIMIT
+    return wrapped
 
 
 def check_arguments(model: Any, method: Any, tokenizer: Any, max_positions: Any) -> None:

@@ -233,6 +233,26 @@ def cross_cache(model: nn.Module, modules: list[nn.Module], hidden: torch.Tensor
     return EncoderDecoderCache(compat.dynamic_cache(model.config.get_text_config(decoder=True)), cross)
 
 
+# Flags that only beam search reads, at the values that leave greedy search silent.
+BEAM_ONLY = {"early_stopping": False, "length_penalty": 1.0}
+
+
+def _greedy_without_beam_flags(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A greedy call (``num_beams=1`` over a beam config, e.g. an export's) with the beam-only flags reset:
+    they change nothing there, yet transformers warns on every call that they are not valid."""
+    gen = kwargs.get("generation_config")
+    beams = kwargs.get("num_beams", getattr(gen, "num_beams", None))
+    if gen is None or beams not in (None, 1) or all(getattr(gen, k, None) in (None, v) for k, v in BEAM_ONLY.items()):
+        return kwargs
+    import copy
+
+    gen = copy.deepcopy(gen)
+    for k, v in BEAM_ONLY.items():
+        if getattr(gen, k, None) is not None:
+            setattr(gen, k, v)
+    return {**kwargs, "generation_config": gen}
+
+
 def generate(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, shared: bool = True,
              **kwargs: Any) -> Any:
     """``model.generate`` from encoder states ``hidden [batch, T, d]`` and their ``mask [batch, T]``.
@@ -241,6 +261,7 @@ def generate(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, shar
     document and shared by its beams (see the module docstring); otherwise, and with
     ``use_cache=False``, the stock path. Returns what ``model.generate`` returns for ``kwargs``.
     """
+    kwargs = _greedy_without_beam_flags(kwargs)
     mods = share_cross_attention(model) if shared and kwargs.get("use_cache", True) else None
     if mods is None:  # a fresh BaseModelOutput per call: beam search expands it in place
         return model.generate(encoder_outputs=BaseModelOutput(last_hidden_state=hidden), attention_mask=mask,

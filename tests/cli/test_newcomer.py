@@ -118,3 +118,28 @@ def test_progress_lines_mark_every_tenth_and_resume_from_the_start():
     Lines("x", None, "doc", write=quiet.write).update(3)  # no total: nothing to say
     assert quiet.getvalue() == ""
     assert [duration(s) for s in (4.4, 252, 7500)] == ["4s", "4m12s", "2h05m"]
+
+
+def test_the_first_progress_line_comes_within_the_first_minute():
+    """``make run``: 800 steps at ~0.8 s each (11 minutes on 2 cores), so a tenth is 80 steps, 4-8 minutes
+    of silence. The first line comes once ``FIRST_LINE_S`` seconds have passed, with the rate and ETA; the
+    tenths follow as before, each once."""
+    from scaleformer.progress import FIRST_LINE_S
+
+    now = [0.0]
+    said: list[str] = []
+    lines = Lines("train", 800, "step", write=said.append, clock=lambda: now[0])
+    for step in range(1, 801):
+        now[0] += 0.8
+        lines.update(step, "loss 1")
+    first = said[0].split(",")[0]
+    step = int(first.split()[2].split("/")[0])
+    assert FIRST_LINE_S <= step * 0.8 < 60 and step < 80, said[0]
+    assert "ETA " in said[0] and ("step/s" in said[0] or "s/step" in said[0])
+    assert [s.split(",")[0] for s in said[1:]] == [f"train: step {n}/800 ({n // 8}%)" for n in range(80, 801, 80)]
+    quick: list[str] = []  # a fast run (the tests' 20 steps) says only its tenths, as before
+    fast = Lines("train", 20, "step", write=quick.append, clock=lambda: now[0])
+    for n in range(1, 21):
+        now[0] += 0.01
+        fast.update(n)
+    assert len(quick) == 10

@@ -9,6 +9,7 @@ import pytest
 import torch
 import yaml
 from conftest import compose
+from helpers import transformers_warnings
 
 from scaleformer.export.folder import META_FILE, read_meta
 from scaleformer.export.hub import push_to_hub
@@ -54,7 +55,9 @@ def test_the_folder_holds_a_method_record_and_a_model_card_with_the_scores(train
     for text in ("## Method", "`middle_tokens`", "## Evaluation", "## How it was made", "Summarizer.from_pretrained",
                  "import scaleformer", "AutoModelForSeq2SeqLM.from_pretrained"):
         assert text in card, text
-    assert "pip install scaleformer" in card.split("## Method")[0]  # what to install comes first
+    head = card.split("## Method")[0]  # what to install comes first, from the source that exists
+    assert "pip install scaleformer" not in card and "not on PyPI" in head
+    assert "pip install -c requirements.lock ." in head and "pip install git+" in head
 
 
 def test_the_folder_loads_with_the_auto_classes_and_decodes_as_the_run_did(trained):
@@ -78,13 +81,44 @@ def test_the_folder_loads_with_the_auto_classes_and_decodes_as_the_run_did(train
     tokenizer = AutoTokenizer.from_pretrained(folder)
     window = read_meta(folder)["backbone"]["max_positions"]
     text = " ".join(f"word{i % 97}" for i in range(3 * window))
-    assert tokenizer.model_max_length == window
-    assert len(tokenizer(text, truncation=True).input_ids) == window
-    ids = tokenizer(text, return_tensors="pt").input_ids
-    assert ids.shape[1] > 2 * window
+    assert len(tokenizer(text, truncation=True, max_length=window).input_ids) == window  # a cut when asked
+    with transformers_warnings() as said:  # the method reads the whole document: no window is claimed
+        ids = tokenizer(text, return_tensors="pt").input_ids
+    assert ids.shape[1] > 2 * window and tokenizer.model_max_length > ids.shape[1]
+    assert not said, said
     summarize = Summarizer.from_pretrained(folder, device="cpu")
     plain = tokenizer.decode(model.eval().generate(ids)[0], skip_special_tokens=True).strip()
     assert plain == summarize(text)
+
+
+def test_the_exported_generation_config_suits_any_beam_count(trained):
+    """The run decoded with 2 beams (early stopping on); a greedy ``generate(num_beams=1)`` from the folder
+    warns about no flag, and a greedy run's folder sets no beam-only flag."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+
+    import scaleformer  # noqa: F401  (registers the Auto classes)
+    from scaleformer.export.folder import run_generation_config
+
+    _, run_dir, _ = trained
+    folder = run_dir / "model"
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    ids = AutoTokenizer.from_pretrained(folder)("On day 3, Mara Quill repaired 3 lanterns. " * 40,
+                                                return_tensors="pt").input_ids
+    with transformers_warnings() as said:
+        greedy = model.generate(ids, num_beams=1, max_new_tokens=4)
+        model.generate(ids, max_new_tokens=4)  # the folder's own 2 beams
+    assert greedy.shape[1] > 1 and not said, said
+
+    class Module:  # what run_generation_config reads of a greedy run's module
+        model = type("M", (), {"generation_config": GenerationConfig(pad_token_id=0, early_stopping=True)})()
+        gen_cfg = type("G", (), {"num_beams": 1, "max_new_tokens": 8, "min_new_tokens": 0, "length_penalty": 0.8,
+                                 "no_repeat_ngram_size": 3})()
+
+    gen = run_generation_config(Module())
+    assert gen.num_beams == 1 and gen.early_stopping in (None, False) and gen.length_penalty in (None, 1.0)
+    with transformers_warnings() as said:
+        gen.validate()
+    assert not said, said
 
 
 def test_load_from_checkpoint_rebuilds_the_module_and_its_predictions(trained):

@@ -29,6 +29,7 @@ def test_a_recipe_writes_a_model_folder_and_resumes_its_later_stages(tmp_path):
     assert [s["kind"] for s in info["stages"]] == ["copy", "ledger"], "the finished stage is not run again"
     model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "b")
     assert model.config.d_model == 32 and not list(tmp_path.glob(".*.tmp"))
+    assert (tmp_path / "b" / "tokenizer.json").is_file(), "the folder carries the tokenizer it was trained with"
     other = replace(MICRO, seed=MICRO.seed + 1)
     with pytest.raises(SystemExit, match="not written by the first stages"):
         pretrain.pretrain(other, tmp_path / "c", log=lambda *_: None, resume=tmp_path / "a")

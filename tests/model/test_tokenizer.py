@@ -7,8 +7,10 @@ from tokenizers import processors
 from transformers import PreTrainedTokenizerFast
 
 from scaleformer.data.synthetic import build_offline_bpe
+from scaleformer.model.readers import RECIPES, asset_dir
 from scaleformer.model.tokenizer import (
     ASSET,
+    NO_LIMIT,
     load_offline_tokenizer,
     special_token_ids,
     tokenizer_fingerprint,
@@ -74,3 +76,48 @@ def test_fingerprint(bart: PreTrainedTokenizerFast, t5: PreTrainedTokenizerFast)
 def test_unknown_flavour() -> None:
     with pytest.raises(ValueError, match="flavour"):
         load_offline_tokenizer("gpt2")
+
+
+@pytest.mark.parametrize("name", [r.name for r in RECIPES.values()])
+def test_each_shipped_reader_carries_the_tokenizer_it_was_trained_with(name: str) -> None:
+    """``AutoTokenizer.from_pretrained(reader folder)`` is the offline BPE of the reader's flavour (not a
+    fallback that maps any text to two ids), ids identical on a whole ledger, and it claims no window:
+    a ledger longer than 1024 tokens tokenizes whole without the "longer than the maximum" warning."""
+    import random
+
+    from helpers import transformers_warnings
+    from transformers import AutoTokenizer
+
+    from scaleformer.data.synthetic import make_document
+
+    recipe = next(r for r in RECIPES.values() if r.name == name)
+    ours = load_offline_tokenizer(recipe.arch)
+    ledger, summary, _ = make_document(random.Random(7), 1500)
+    with transformers_warnings() as said:
+        folder = AutoTokenizer.from_pretrained(asset_dir(name))
+        ids = folder(ledger).input_ids
+    assert len(ids) > 1024 and not [s for s in said if "maximum sequence length" in s], said
+    assert ids == ours(ledger).input_ids and folder(summary).input_ids == ours(summary).input_ids
+    assert folder.decode(ids, skip_special_tokens=True) == ledger
+    assert tokenizer_fingerprint(folder) == tokenizer_fingerprint(ours)
+    assert folder.model_max_length >= NO_LIMIT
+    assert len(folder(ledger, truncation=True, max_length=1024).input_ids) == 1024  # a cut when asked for
+
+
+def test_wrap_stops_the_tokenizer_claiming_the_window() -> None:
+    """A hub tokenizer says ``model_max_length=1024`` (bart-base's); given to ``wrap``, whose model reads
+    whole documents, it tokenizes a long ledger without the "longer than the maximum" warning."""
+    import random
+
+    from helpers import transformers_warnings
+    from transformers import AutoModelForSeq2SeqLM
+
+    import scaleformer
+    from scaleformer.data.synthetic import make_document
+
+    tok = load_offline_tokenizer("bart")
+    tok.model_max_length = 1024
+    scaleformer.wrap(AutoModelForSeq2SeqLM.from_pretrained(asset_dir("tiny_bart_reader")), "sled", tokenizer=tok)
+    with transformers_warnings() as said:
+        ids = tok(make_document(random.Random(3), 1500)[0]).input_ids
+    assert len(ids) > 1024 and tok.model_max_length == NO_LIMIT and not said, said
