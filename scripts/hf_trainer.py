@@ -9,8 +9,10 @@ one is for researchers whose training script is already a ``Seq2SeqTrainer``. Ro
 ``input`` and ``output`` (``--input-field`` / ``--target-field``) and, for question answering, a
 ``query`` (``--query-field``) that every chunk reads first: it travels as ``prefix_ids`` /
 ``prefix_mask``, which the model's ``forward`` and ``generate`` take, so Trainer's predict loop keeps
-it (no custom trainer). The output folder loads with ``AutoModelForSeq2SeqLM.from_pretrained`` after
-``import scaleformer``. Needs ``accelerate`` (``pip install 'scaleformer[hf]'``), as every Trainer does.
+it (no custom trainer). Evaluation generates and reports the project's ROUGE (``eval_rouge1/2/L``).
+The output folder loads with ``AutoModelForSeq2SeqLM.from_pretrained`` after ``import scaleformer``, and
+``scaleformer summarize --model`` reads it. Needs ``accelerate`` (``pip install 'scaleformer[hf]'``), as
+every Trainer does.
 
 Data: with neither file, generated ledgers (8 rows to train on, 2 to evaluate on); with ``--train``, your
 rows, evaluated on ``--validation`` when given (no evaluation otherwise). ``--validation`` alone is
@@ -74,10 +76,29 @@ def encode_rows(rows: list[dict[str, Any]], tokenizer: Any, input_field: str = "
     return out
 
 
+def rouge_metrics(tokenizer: Any) -> Any:
+    """Trainer's ``compute_metrics``: the project's ROUGE (SCROLLS scorer) of the generated summaries
+    against the labels, so evaluation reports ``eval_rouge1/2/L`` and not the loss alone."""
+    import numpy as np
+
+    from scaleformer.metrics import ROUGE_TYPES, compute_rouge
+
+    def text(ids: Any) -> list[str]:  # padding across batches is -100, which no tokenizer decodes
+        ids = np.where(np.asarray(ids) < 0, tokenizer.pad_token_id, ids)
+        return [t.strip() for t in tokenizer.batch_decode(ids, skip_special_tokens=True)]
+
+    def compute(pred: Any) -> dict[str, float]:
+        predictions = pred.predictions[0] if isinstance(pred.predictions, tuple) else pred.predictions
+        scores = compute_rouge(text(predictions), [[r] for r in text(pred.label_ids)])
+        return {k: round(scores[k], 4) for k in (*ROUGE_TYPES, "rouge_geomean")}
+    return compute
+
+
 def build_trainer(model: Any, tokenizer: Any, train: list[dict], validation: list[dict], output: str | Path,
                   steps: int, lr: float = 1e-4, batch_size: int = 2, max_new_tokens: int = 64,
                   num_beams: int = 1) -> Any:
-    """A Seq2SeqTrainer for a wrapped model; evaluation generates with the method (predict_with_generate)."""
+    """A Seq2SeqTrainer for a wrapped model; evaluation generates with the method (predict_with_generate)
+    and scores ROUGE."""
     from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
     model.generation_config.max_new_tokens = max_new_tokens
@@ -88,7 +109,8 @@ def build_trainer(model: Any, tokenizer: Any, train: list[dict], validation: lis
         report_to=[], use_cpu=not torch.cuda.is_available(), seed=0, warmup_steps=0, weight_decay=0.0,
         dataloader_num_workers=0)
     return Seq2SeqTrainer(model=model, args=args, train_dataset=train, eval_dataset=validation,
-                          data_collator=Collator(tokenizer.pad_token_id), processing_class=tokenizer)
+                          data_collator=Collator(tokenizer.pad_token_id), processing_class=tokenizer,
+                          compute_metrics=rouge_metrics(tokenizer))
 
 
 def _value(text: str) -> Any:
@@ -208,8 +230,26 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: {redact(str(e).strip().splitlines()[0])}") from None
 
 
+def check_output(output: str) -> None:
+    """``--output`` is new, empty or a model folder: the save replaces it whole."""
+    out = Path(output)
+    check(not out.exists() or out.is_dir(), "--output", output, "is a file; give a folder for the trained model")
+    check(not out.is_dir() or not any(out.iterdir()) or (out / "config.json").is_file(), "--output", output,
+          "holds files that are not a model's, and the save replaces the folder whole; give a new folder")
+
+
+def save(trainer: Any, output: str) -> None:
+    """The model, tokenizer and training arguments, built beside ``output`` and swapped in (a killed save
+    leaves no half folder), every file with the umask's mode: safetensors writes weights 0600 itself."""
+    from scaleformer.io import atomic_dir
+
+    with atomic_dir(output) as tmp:
+        trainer.save_model(str(tmp))
+
+
 def run(a: argparse.Namespace) -> int:
     check(a.steps >= 1, "--steps", a.steps, "must be >= 1")
+    check_output(a.output)
     check(a.lr > 0, "--lr", a.lr, "must be > 0")
     check(a.validation is None or a.train is not None, "--validation", a.validation,
           "needs --train (alone it would evaluate a model trained on generated ledgers)")
@@ -230,7 +270,7 @@ def run(a: argparse.Namespace) -> int:
     trainer = build_trainer(model, tokenizer, encode_rows(train, tokenizer, **columns),
                             encode_rows(val, tokenizer, **columns), a.output, a.steps, a.lr)
     trainer.train()
-    trainer.save_model(a.output)
+    save(trainer, a.output)
     if val:
         print(json.dumps(trainer.evaluate(), indent=1))
     print(f"saved to {a.output}: AutoModelForSeq2SeqLM.from_pretrained({a.output!r}) after `import scaleformer`",

@@ -288,6 +288,24 @@ def tampered(edit: Callable[[Path], None]) -> Trigger:
     return go
 
 
+def _drop_tokenizer(folder: Path) -> None:
+    for f in folder.iterdir():
+        if f.name.startswith(("tokenizer", "vocab", "merges", "special_tokens")):
+            f.unlink()
+
+
+def summarize_without_the_record(tmp: Path, export: Path | None) -> None:
+    """scaleformer.json is a record, not a key: without it the folder loads through config.json alone and
+    decodes with generation_config.json's settings."""
+    from scaleformer.export.summarizer import Summarizer
+
+    (export / "scaleformer.json").unlink()
+    s = Summarizer.from_pretrained(export, device="cpu")
+    assert type(s.model.method).__name__ == "Memorizing" and s.record == {}
+    assert s.generation.max_new_tokens == 4
+    assert summarize()(tmp, export) == 0
+
+
 def two_split_queries(tmp: Path, _: Path | None) -> Any:
     from test_bad_inputs import data
 
@@ -337,6 +355,10 @@ CASES = [
          r"scaleformer\.json: method\.config must be a mapping", export=True),
     Case("export-tokenizer-outgrows-embeddings", tampered(_grow_tokenizer),
          r"the tokenizer has \d+ tokens but the model's embeddings \d+ rows", export=True),
+    Case("export-without-tokenizer-files", tampered(_drop_tokenizer),
+         r"/model: no tokenizer files \(tokenizer\.json, vocab\.json, \.\.\.\); save the tokenizer beside the "
+         r"model: tokenizer\.save_pretrained\(DIR\)$", export=True),
+    Case("export-without-its-record", summarize_without_the_record, None, export=True),
     Case("reproduce-relative-config-path", reproduce("../conf/config"),
          r"artifact '\.\./conf/config': not an artifact of experiments/; available: .*table1"),
     Case("reproduce-absolute-empty-file", reproduce("/abs/empty.yaml"),

@@ -4,11 +4,12 @@
     scaleformer summarize --model DIR --input docs.jsonl --field document --output out.jsonl
     scaleformer summarize --model org/name --input book.txt --method scaleformer --set middle_tokens=100
 
-The exported method (``scaleformer.json``) is used unless ``--method`` names another option of
-``conf/method/`` (same backbone weights, another way of reading the document); ``--set key=value``
-changes one of its parameters. ``--model`` is an exported folder or a Hugging Face Hub id. A ``.txt``
-file is one document; a ``.jsonl`` file has one per line (``--field``), and the summaries go to a
-jsonl file (``id``, ``summary``).
+``--model`` is any folder ``AutoModelForSeq2SeqLM`` loads, with its tokenizer: an exported folder, the
+output of ``scripts/hf_trainer.py``, or a Hugging Face Hub id. The model's method (config.json's) is
+used unless ``--method`` names another option of ``conf/method/`` (same backbone weights, another way
+of reading the document; a plain backbone needs one); ``--set key=value`` changes one of its
+parameters. A ``.txt`` file is one document; a ``.jsonl`` file has one per line (``--field``), and the
+summaries go to a jsonl file (``id``, ``summary``).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def _check_method(option: str | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scaleformer summarize", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True, help="an exported folder: results/runs/<run>/model")
+    ap.add_argument("--model", required=True, help="a model folder (results/runs/<run>/model, hf_trainer.py's --output) or Hub id")
     ap.add_argument("--input", required=True, help="a .txt file (one document) or .jsonl (one per line)")
     ap.add_argument("--output", help="where summaries go (.txt input: default stdout; .jsonl: <input>.summaries.jsonl)")
     ap.add_argument("--field", default="input", help="jsonl field holding the document (default: input)")

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from scaleformer.export.folder import META_FILE, read_meta
+from scaleformer.export.folder import read_meta
 from scaleformer.model.hub import (
     HubUnreachableError,
     cached_snapshot,
@@ -25,14 +25,14 @@ _HINT = ("Download it on a connected machine (`hf download {id} --local-dir DIR`
 
 
 def locate(path_or_id: str | Path, revision: str | None = None) -> Path:
-    """A local exported folder for a folder path or a Hub id (downloaded, or from the local HF cache)."""
+    """A local model folder for a folder path or a Hub id (downloaded, or from the local HF cache)."""
     s = str(path_or_id)
     if is_local(s) or s.startswith((".", "/", "~")) or s.count("/") != 1:
         return Path(s).expanduser()
     cached = cached_snapshot(s, weights=True)
     why = unreachable_reason()
     if why is not None:
-        if cached is not None and (cached / META_FILE).is_file():
+        if cached is not None:  # config.json and weights; scaleformer.json is an optional record
             return cached
         raise HubUnreachableError(unreachable_message("exported model", s, why, _HINT.format(id=s)))
     from huggingface_hub import snapshot_download

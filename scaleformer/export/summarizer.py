@@ -8,9 +8,12 @@
     summarize = Summarizer.from_pretrained("results/runs/<run>/model")
     print(summarize(open("report.txt").read()))
 
-The exported method (config.json's, which ``scaleformer.json`` records) is used unless ``--method``
-names another option of ``conf/method/`` (same backbone weights, another way of reading the
-document); ``--set key=value`` changes one of the loaded method's parameters. A ``.txt`` file is one
+The model is any folder ``AutoModelForSeq2SeqLM`` loads with its tokenizer: an export, a folder
+saved by ``scripts/hf_trainer.py`` (or any ``save_pretrained``), a Hub id. Its method (config.json's)
+is used unless ``--method`` names another option of ``conf/method/`` (same backbone weights, another
+way of reading the document); a plain backbone needs ``--method``. ``--set key=value`` changes one of
+the method's parameters. ``scaleformer.json``, an export's record, is optional: when present its
+decoding settings and input cap are used, else generation_config.json's. A ``.txt`` file is one
 document; a ``.jsonl`` file has one per line (``--field``), and the summaries go to a jsonl file
 (``id``, ``summary``).
 """
@@ -18,6 +21,7 @@ document; a ``.jsonl`` file has one per line (``--field``), and the summaries go
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,15 +35,20 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from scaleformer.compose import compose_config
 from scaleformer.config import BackboneConfig, GenerationConfig
 from scaleformer.data.encode import truncate_ids
-from scaleformer.export.folder import METHOD_STATE, read_meta
+from scaleformer.export.folder import META_FILE, METHOD_STATE, read_meta
 from scaleformer.export.hub import locate, push_to_hub
 from scaleformer.methods import build_method, method_config
 from scaleformer.model.autoreg import register
 from scaleformer.model.backbone import backbone_spec
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
 from scaleformer.model.hf_config import ScaleformerConfig
+from scaleformer.model.wrapping import wrap
 from scaleformer.ops.decoding import summaries
 from scaleformer.progress import Lines, is_terminal
+
+# A tokenizer's vocabulary, in one of the files save_pretrained writes (fast, BPE, WordPiece, SentencePiece).
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model",
+                   "tokenizer.model")
 
 
 class Summarizer:
@@ -68,13 +77,19 @@ class Summarizer:
     @classmethod
     def from_pretrained(cls, path: str | Path, method: str | None = None, overrides: dict[str, Any] | None = None,
                         device: str | None = None, revision: str | None = None, **generation: Any) -> Summarizer:
-        """Load ``path``: an exported ``model/`` folder or a Hub id (``org/name``, offline: from the local
-        cache, else one clear error); ``method``/``overrides`` change the method, ``generation``
-        keywords the decoding (e.g. ``num_beams=1``)."""
+        """Load ``path``: a model folder (an export, a ``save_pretrained`` folder) or a Hub id
+        (``org/name``, offline: from the local cache, else one clear error); ``method``/``overrides``
+        change the method, ``generation`` keywords the decoding (e.g. ``num_beams=1``)."""
         path = locate(path, revision)
-        meta = read_meta(path)
-        check_record(Path(path), meta)
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        folder = Path(path)
+        meta = read_meta(folder) if (folder / META_FILE).is_file() else None  # the record is optional
+        if meta is not None:
+            check_record(folder, meta)
+        model_type = check_folder(folder)
+        if meta is None and model_type != "scaleformer" and method is None:
+            raise ValueError(f"{folder}: a plain {model_type} model (config.json names no scaleformer method and "
+                             "there is no scaleformer.json): name the method to read it with, e.g. --method sled")
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
         register()
         model, info = AutoModelForSeq2SeqLM.from_pretrained(str(path), use_safetensors=True,  # data, never code
                                                             output_loading_info=True)
@@ -86,14 +101,18 @@ class Summarizer:
         if len(tokenizer) > rows:  # ids past the table would fail deep inside the embedding
             raise ValueError(f"{path}: the tokenizer has {len(tokenizer)} tokens but the model's embeddings "
                              f"{rows} rows: the tokenizer does not belong to these weights")
-        if not isinstance(model, ScaleformerForConditionalGeneration):  # format 1: the record holds the method
+        if not isinstance(model, ScaleformerForConditionalGeneration) and meta is None:  # a plain backbone
+            model = wrap(model, _method_config({}, method, overrides or {}), tokenizer=tokenizer)
+        elif not isinstance(model, ScaleformerForConditionalGeneration):  # format 1: the record holds the method
             mcfg = _method_config(meta["method"]["config"], method, overrides or {})
-            model = _from_format1(model, Path(path), meta, mcfg, tokenizer, same=method is None)
+            model = _from_format1(model, folder, meta, mcfg, tokenizer, same=method is None)
         elif method is not None or overrides:  # the loaded model's method is the one changed (the model class
             # checked that scaleformer.json records the same one)
             model = _rebuilt(model, _method_config(dataclasses.asdict(model.method.cfg), method, overrides or {}))
-        gen = GenerationConfig(**{**meta["generation"], **generation})
-        out = cls(model, tokenizer, gen, meta.get("max_input_tokens"), Path(path), meta)
+        recorded = meta["generation"] if meta is not None else saved_generation(model.generation_config)
+        gen = GenerationConfig(**{**recorded, **generation})
+        meta = meta or {}
+        out = cls(model, tokenizer, gen, meta.get("max_input_tokens"), folder, meta)
         out.model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         return out
 
@@ -141,6 +160,34 @@ def _method_config(exported: dict[str, Any], option: str | None, overrides: dict
     else:
         cfg = OmegaConf.to_container(compose_config([f"method={option}"]).method, resolve=True)
     return {**cfg, **overrides}
+
+
+def check_folder(folder: Path) -> str:
+    """A model folder with its tokenizer files, else one line; returns config.json's ``model_type``.
+    Checked before anything loads: without tokenizer files transformers builds an empty tokenizer that
+    would turn every document into unknown tokens."""
+    conf = folder / "config.json"
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such folder (give a model folder or a Hub id such as org/name)")
+    if not conf.is_file():
+        raise FileNotFoundError(f"{folder}: not a model folder (no config.json); give a folder saved with "
+                                "save_pretrained, e.g. results/runs/<run>/model or scripts/hf_trainer.py's --output")
+    try:
+        config = json.loads(conf.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{conf}: not a readable model config ({str(e).splitlines()[0]})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{conf}: not a model config (a JSON object), got a {type(config).__name__}")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise FileNotFoundError(f"{folder}: no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...); save the "
+                                "tokenizer beside the model: tokenizer.save_pretrained(DIR)")
+    return str(config.get("model_type") or "untyped")
+
+
+def saved_generation(config: Any) -> dict[str, Any]:
+    """The decoding settings of the model's generation config (generation_config.json), those it sets."""
+    names = [f.name for f in dataclasses.fields(GenerationConfig)]
+    return {k: v for k in names if (v := getattr(config, k, None)) is not None}
 
 
 def check_record(folder: Path, meta: dict[str, Any]) -> None:
