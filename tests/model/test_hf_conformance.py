@@ -12,7 +12,7 @@ The matrix is every registered method (truncation, the chunked ones, the retriev
 on the tiny random BART and T5 of tiny_models, in the slow tier; the fast tier runs a representative
 subset. Generated tokens are compared with the backbone read through the same method without the
 model class (tests/ops/test_decoding.py's reference: the method's encoding into transformers' own
-generate). peft is not installed here, so no LoRA check runs.
+generate). LoRA through peft (the ``hf`` extra) on the attention projections: trained, merged, generating.
 """
 
 from __future__ import annotations
@@ -225,6 +225,34 @@ def check_accelerate(model) -> None:
     model.eval()
 
 
+def check_lora(model) -> None:
+    """peft's LoRA on the attention's query/value projections: one step moves only the adapters, the
+    merged model is the model class again and gives the adapted model's logits and tokens."""
+    from peft import LoraConfig, get_peft_model
+
+    targets = ["q", "v"] if model.backbone.config.model_type == "t5" else ["q_proj", "v_proj"]
+    base = {k: v.clone() for k, v in model.state_dict().items()}
+    lora = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0))
+    adapters = [p for n, p in lora.named_parameters() if p.requires_grad]
+    assert adapters and all("lora_" in n for n, p in lora.named_parameters() if p.requires_grad)
+    optimizer = torch.optim.SGD(adapters, lr=0.5)
+    lora.train()
+    lora(**inputs(model), labels=labels()).loss.backward()
+    optimizer.step()
+    lora.eval()
+    batch_ = inputs(model)
+    with torch.no_grad():
+        adapted = lora(**batch_, labels=labels()).logits
+    tokens = lora.generate(**batch_, max_new_tokens=5)
+    merged = lora.merge_and_unload()
+    assert isinstance(merged, ScaleformerForConditionalGeneration) and merged.method is model.method
+    state = merged.state_dict()
+    assert state.keys() == base.keys() and not all(torch.equal(state[k], base[k]) for k in base)
+    with torch.no_grad():
+        torch.testing.assert_close(merged(**batch_, labels=labels()).logits, adapted, rtol=1e-5, atol=1e-5)
+    assert torch.equal(merged.generate(**batch_, max_new_tokens=5), tokens)
+
+
 def check_outputs(model) -> None:
     """Hidden states: the decoder's, and the method's encoding as encoder_last_hidden_state; attention
     weights under eager attention where they are a map over the encoding, else one line."""
@@ -279,11 +307,24 @@ def test_generation(arch, name):
 
 
 @pytest.mark.parametrize(("arch", "name"), CASES)
-def test_training_module_api_and_accelerate(arch, name):
+def test_training_and_module_api(arch, name):
     model = build(arch, name)
     check_training(model)
     check_module_api(model)
-    check_accelerate(model)
+
+
+# accelerate and peft come with the `hf` extra (in the lock); the compat tier's lowest environment holds
+# the core dependencies only, so there these two say what they skipped.
+@pytest.mark.parametrize(("arch", "name"), CASES)
+def test_accelerate_prepare_and_one_step(arch, name):
+    pytest.importorskip("accelerate", reason="the hf extra (pip install 'scaleformer[hf]')")
+    check_accelerate(build(arch, name))
+
+
+@pytest.mark.parametrize(("arch", "name"), CASES)
+def test_lora_trains_merges_and_generates(arch, name):
+    pytest.importorskip("peft", reason="the hf extra (pip install 'scaleformer[hf]')")
+    check_lora(build(arch, name))
 
 
 @pytest.mark.parametrize(("arch", "name"), CASES)
