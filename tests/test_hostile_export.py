@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 import torch
-from test_bad_inputs import Bad, assert_one_clear_line
 
 # export and memorizing_export are the earlier table's fixtures: pytest finds them by these names here.
 from test_hostile_table import (  # noqa: F401
@@ -27,9 +26,11 @@ from test_hostile_table import (  # noqa: F401
     Trigger,
     _drop_gate,
     _edit_json,
+    check_table,
     export,
     memorizing_export,
     one_line,
+    run_case,
     summarize,
 )
 
@@ -319,16 +320,8 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.what for c in CASES])
 def test_hostile_export_case(case: Case, request, tmp_path: Path) -> None:
-    folder = request.getfixturevalue("export") if case.export else None
-    if case.message is None:
-        case.trigger(tmp_path, folder)
-        return
-    msg = assert_one_clear_line(Bad(case.what, lambda tmp: case.trigger(tmp, folder), case.message, case.error),
-                                tmp_path)
-    assert "Traceback" not in msg
+    run_case(case, tmp_path, request)
 
 
 def test_the_table_has_one_row_per_case_and_both_outcomes() -> None:
-    ids = [c.what for c in CASES]
-    assert len(ids) == len(set(ids))
-    assert any(c.message is None for c in CASES) and any(c.message for c in CASES)
+    check_table(CASES)
