@@ -188,6 +188,11 @@ def set_progress(bar: Any, n: int) -> None:
     bar.refresh()
 
 
+def grad_scaler(trainer: Any) -> Any:
+    """The fp16 loss scaler of a Lightning trainer's precision (None for bf16 and fp32, which need none)."""
+    return getattr(getattr(trainer, "precision_plugin", None), "scaler", None)
+
+
 def flop_counter() -> Any:
     """torch's ``FlopCounterMode``, also counting the CPU attention kernel (torch 2.13 leaves it out: a fifth)."""
     from torch.utils import flop_counter as fc

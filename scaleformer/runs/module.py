@@ -18,6 +18,7 @@ from scaleformer.errors import ConfigError
 from scaleformer.methods.base import Encoded, Method
 from scaleformer.model.backbone import build_model, prepare
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
+from scaleformer.ops import compat
 from scaleformer.ops.decoding import summaries
 from scaleformer.runs.checkpoints import META_KEY, upgrade_state
 from scaleformer.runs.context import to_config
@@ -186,13 +187,28 @@ class SummarizationModule(pl.LightningModule):
         return self._predict(batch)
 
     # ------------------------------------------------------------------------------- optimiser
+    def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        """Lightning's clipping, also for a fused optimizer under bf16: Lightning refuses any optimizer that
+        unscales inside its step under mixed precision, though bf16 has no scale; the same norm as its own."""
+        if not gradient_clip_val or compat.grad_scaler(self.trainer) is not None:
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if str(getattr(gradient_clip_algorithm, "value", gradient_clip_algorithm)) == "value":
+            torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+        else:  # norm, Lightning's default
+            torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+
     def configure_optimizers(self) -> Any:
         o = self.optim_cfg
         decay, no_decay = [], []
         for n, p in self.model.named_parameters():
             if p.requires_grad:
                 (no_decay if p.ndim < 2 or "norm" in n.lower() else decay).append(p)
-        fused = o.fused if o.fused is not None else self.device.type in FUSED_ADAMW_DEVICES
+        # fp16's loss scaler: a fused step unscales inside itself, after clipping would have read scaled grads
+        fused = o.fused if o.fused is not None else (self.device.type in FUSED_ADAMW_DEVICES
+                                                     and compat.grad_scaler(self.trainer) is None)
         opt = torch.optim.AdamW(
             [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=o.lr, betas=tuple(o.betas), eps=o.eps, fused=fused or None,  # None: torch's own default (foreach)

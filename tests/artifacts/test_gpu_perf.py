@@ -27,3 +27,12 @@ def test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table(t
     assert len(table["rows"]) == 6 and all(r["probe"] == "steady-state" for r in table["rows"])
     assert all(r["gen_s_doc"] is not None for r in table["rows"])
     assert "wrote" in capsys.readouterr().out
+
+
+def test_a_spent_budget_starts_no_cell_and_says_which_were_skipped(tmp_path):
+    out = tmp_path / "out"
+    doc = gpu_perf.measure(tmp_path / "runs", tiny=True, deadline=0.0, save=lambda d: None)
+    assert doc["rows"] == [] and len(doc["skipped"]) == len(gpu_perf.ORDER) * 2
+    doc |= {"device": "cpu", "when": "now", "wall_time_s": 0.0}
+    assert "Not measured (the window's budget ran out first): sled/summscreen/before" in gpu_perf.render(doc)
+    assert not out.exists()

@@ -1,6 +1,6 @@
 """method.checkpoint_chunks=null (scaleformer.runs.memory): decided when training starts from the memory
 model, on only when a step on the longest training document would not fit; the model against what a real
-CPU step measured; the run logs its choice and the cost probe still times both settings."""
+CPU step measured; the run logs its choice, and the cost probe times both settings unless the choice is on."""
 
 from __future__ import annotations
 
@@ -59,3 +59,16 @@ def test_a_run_decides_before_training_and_the_probe_still_times_both_settings(t
     assert "method.checkpoint_chunks=null: off: a training step on the longest training document" in log
     assert [g["setting"] for g in out["cost"]["train_groups"]] == ["plain", "checkpoint"]
     assert out["method"]["checkpoint_chunks"] is False  # what training ran with
+
+
+def test_when_the_model_turns_recomputation_on_the_probe_times_only_that_setting(tmp_path, monkeypatch):
+    """The plain step the memory model says would not fit is not timed: on a GPU it would stop the run."""
+    monkeypatch.setattr("scaleformer.runs.memory.device_bytes", lambda device: 10**6)
+    out = run(compose(["method=sled", "method.chunk_size=128", "method.overlap=16", "data.synthetic_words=400",
+                       "data.synthetic_docs.train=2", "trainer.max_steps=4", "trainer.eval_splits=[]",
+                       "trainer.enable_progress_bar=false", "callbacks.checkpoint=null", "++trainer.export_model=false",
+                       "++trainer.measure_cost=true", "++trainer.cost_lengths=[1.0]", "++trainer.cost_warmup=1",
+                       "++trainer.cost_repeats=1", f"paths.root={tmp_path}"]))
+    assert "method.checkpoint_chunks=null: on:" in next(tmp_path.rglob("train.log")).read_text()
+    assert [g["setting"] for g in out["cost"]["train_groups"]] == ["checkpoint"]
+    assert {s["checkpoint_chunks"] for s in out["cost"]["train_steps"]} == {True}

@@ -113,3 +113,28 @@ def test_a_compiled_encoder_keeps_the_loss_and_gradients(arch, monkeypatch):
     assert abs(loss1 - loss0) <= REL * abs(loss0) and _rel(_flat(grads1), _flat(grads0)) <= REL
     layer = compiled.model.backbone.get_encoder()
     assert all(getattr(x, "_compiled_call_impl", None) is not None for x in (layer.layers if arch == "bart" else layer.block))
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
+def test_the_fused_optimizer_clips_gradients_under_mixed_precision(precision):
+    """Lightning refuses gradient clipping with any optimizer that unscales inside its step under mixed
+    precision (a fused AdamW), though bf16 has no scale: the module clips itself, to Lightning's norm."""
+    import lightning.pytorch as pl
+
+    module, data = _module("bart", "sled", dict(SMALL), fast=True)
+    norms, clip = [], module.configure_gradient_clipping
+
+    def clipped(optimizer, *args, **kwargs):  # each gradient's global norm before and after the module clips
+        def norm() -> float:
+            return float(torch.cat([p.grad.flatten().float() for p in module.parameters() if p.grad is not None]).norm())
+        before = norm()
+        clip(optimizer, *args, **kwargs)
+        norms.append((before, norm()))
+
+    module.configure_gradient_clipping = clipped
+    trainer = pl.Trainer(accelerator="cpu", precision=precision, gradient_clip_val=0.5, max_steps=2,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader([data, data], batch_size=None))
+    assert trainer.optimizers[0].defaults["fused"] is True
+    assert len(norms) == 2 and all(b > 0.5 and abs(a - 0.5) <= 1e-3 for b, a in norms)
