@@ -1,25 +1,49 @@
-"""How sure each cell of a table is: intervals over documents (and seeds), and paired tests against
-the spec's baseline row, Holm-corrected within the table.
+"""How sure each cell of a table is: intervals over documents and seeds, and paired tests against the
+spec's baseline row, Holm-corrected over the test split's comparisons.
 
 Everything is read from the runs' ``scores_<split>.jsonl`` (one row per document, written by every
-evaluation): a cell's interval resamples its documents (with several seeds, each document's mean over
-the seeds, :func:`scaleformer.metrics.stats.seeds_ci`); a method is compared with the baseline on the
-documents both scored (:func:`scaleformer.metrics.stats.paired`, per-document means over seeds). The
-family for Holm's correction is every comparison the table makes (splits x columns x metrics x rows),
-so a mark survives the number of cells a reader scans.
+evaluation; the references in ``predictions_<split>.jsonl`` beside them are checked to match before two
+runs are paired). A cell's interval (:mod:`scaleformer.metrics.stats`):
+
+- several seeds: both levels, a seed's shift and the documents (``seeds_ci``, Student's t);
+- one seed: documents only, Clopper-Pearson for a share of 0/1 outcomes (EM, a town named), Student's t
+  below ``SMALL_N`` documents, BCa otherwise.
+
+A method is compared with the baseline on the documents both scored: over seeds and documents where
+both have the same number of seeds (``seeds_paired``), else on per-document means (``paired``): with one
+seed each, a mark says that these two trained checkpoints differ, not that the methods do. Holm's family
+is every comparison on the test split (columns x metrics x rows); dev is for choosing and gets p-values
+but no marks.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from scaleformer.io import iter_jsonl
-from scaleformer.metrics.stats import holm, mean_ci, paired
+from scaleformer.metrics.stats import (
+    SMALL_N,
+    Interval,
+    holm,
+    levels,
+    mean_ci,
+    paired,
+    proportion_ci,
+    seeds_ci,
+    seeds_paired,
+    small_ci,
+)
 
 ALPHA = 0.05
-MARK = "*"  # differs from the baseline: paired permutation test, Holm-corrected p < ALPHA
+MARK = "*"  # differs from the baseline: paired test, Holm-corrected over the test split, p < ALPHA
+FAMILY = "test"  # the split label whose comparisons make Holm's family
+ASYMMETRY = 0.3  # an interval whose two sides differ by more than this share of its half-width prints [lo, hi]
+REF = "_reference_sha"  # a score row's reference digest (from predictions_<split>.jsonl)
+SHARES = ("exact_match", "town_accuracy")  # per document 0 or 100: the cell is a share of successes
 
 
 def read_scores(result_dir: Path | None, split: str) -> dict[str, dict[str, Any]] | None:
@@ -29,7 +53,48 @@ def read_scores(result_dir: Path | None, split: str) -> dict[str, dict[str, Any]
     path = Path(result_dir) / f"scores_{split}.jsonl"
     if not path.exists():
         return None
-    return {str(r["id"]): r for _, r in iter_jsonl(path)}
+    rows = {str(r["id"]): r for _, r in iter_jsonl(path)}
+    preds = path.with_name(f"predictions_{split}.jsonl")
+    if preds.exists():
+        for _, r in iter_jsonl(preds):
+            if str(r.get("id")) in rows and "reference" in r:
+                digest = hashlib.sha1(json.dumps(r["reference"], sort_keys=True).encode()).hexdigest()[:16]
+                rows[str(r["id"])].setdefault(REF, digest)
+    return rows
+
+
+def check_references(a: Sequence[dict[str, dict[str, Any]]], b: Sequence[dict[str, dict[str, Any]]],
+                     ids: Sequence[str], what: str) -> None:
+    """Refuse to pair documents whose references differ between runs (same id, other data)."""
+    for i in ids:
+        refs = {s[i][REF] for s in [*a, *b] if REF in s[i]}
+        if len(refs) > 1:
+            raise ValueError(f"{what}: document {i!r} has different references in the runs compared "
+                             f"({len(refs)} versions): they did not score the same data")
+
+
+def _is_share(values: list[list[float]], metric: str) -> float | None:
+    """The scale (1 or 100) of a SHARES metric whose every value is 0 or that scale (ROUGE of 0 on every
+    document is not a share)."""
+    if metric not in SHARES:
+        return None
+    flat = {v for row in values for v in row}
+    for scale in (100.0, 1.0):
+        if flat <= {0.0, scale}:
+            return scale
+    return None
+
+
+def cell_interval(values: list[list[float]], metric: str = "") -> tuple[Interval, dict[str, Any]]:
+    """A cell's interval from ``values [seeds, docs]`` and what it rests on (module docstring)."""
+    if len(values) >= 2 and len(values[0]) >= 2:
+        lv = levels(values)
+        return seeds_ci(values), {"seed_sd": lv.seed_sd, "doc_sd": lv.doc_sd}
+    per_doc = [sum(col) / len(col) for col in zip(*values)]
+    scale = _is_share(values, metric)
+    if scale is not None:
+        return proportion_ci(round(sum(per_doc) / scale), len(per_doc), scale), {}
+    return (small_ci(per_doc) if len(per_doc) < SMALL_N else mean_ci(per_doc)), {}
 
 
 def _matrix(seed_scores: Sequence[dict[str, dict[str, Any]]], metric: str,
@@ -52,9 +117,10 @@ def _shared_ids(seed_scores: Sequence[dict[str, dict[str, Any]]]) -> list[str]:
 
 
 def annotate(rows: list[dict[str, Any]], scores: dict[tuple[str, str, str], list[dict[str, dict[str, Any]]]],
-             baseline: str | None) -> None:
+             baseline: str | None, family: str = FAMILY) -> None:
     """Add to each table row (``split``, ``method``, ``dataset``, ``metric``, ``ours``) its interval and,
-    against ``baseline``, the paired difference, its interval, p and Holm-adjusted p (in place).
+    against ``baseline``, the paired difference, its interval, p and (on the ``family`` split) the
+    Holm-adjusted p and the mark (in place).
 
     ``scores``: (split label, method, dataset) -> the per-document scores of each seed's run. Rows
     without scores (a missing run, the ceiling row, runs evaluated before scores files existed) keep
@@ -62,9 +128,10 @@ def annotate(rows: list[dict[str, Any]], scores: dict[tuple[str, str, str], list
     """
     tested = []
     for r in rows:
-        r.update({"ci_low": None, "ci_high": None, "n_docs": None, "n_seeds": None, "baseline": baseline or "",
-                  "diff_vs_baseline": None, "diff_ci_low": None, "diff_ci_high": None, "p_value": None,
-                  "p_holm": None, "significant": None})
+        r.update({"ci_low": None, "ci_high": None, "ci_method": None, "n_docs": None, "n_seeds": None,
+                  "seed_sd": None, "doc_sd": None, "baseline": baseline or "", "diff_vs_baseline": None,
+                  "diff_ci_low": None, "diff_ci_high": None, "p_value": None, "test_method": None,
+                  "p_holm": None, "family": None, "significant": None})
         seed_scores = scores.get((r["split"], r["method"], r["dataset"]))
         if r["ours"] is None or not seed_scores:
             continue
@@ -72,9 +139,9 @@ def annotate(rows: list[dict[str, Any]], scores: dict[tuple[str, str, str], list
         values = _matrix(seed_scores, r["metric"], ids) if ids else None
         if values is None:
             continue
-        per_doc = [sum(col) / len(col) for col in zip(*values)]  # [docs]: each document's mean over seeds
-        ci = mean_ci(per_doc)
-        r.update(ci_low=ci.low, ci_high=ci.high, n_docs=len(ids), n_seeds=len(seed_scores))
+        ci, extra = cell_interval(values, r["metric"])
+        r.update(ci_low=ci.low, ci_high=ci.high, ci_method=ci.method, n_docs=len(ids), n_seeds=len(seed_scores),
+                 **extra)
         base = scores.get((r["split"], baseline, r["dataset"])) if baseline and r["method"] != baseline else None
         if not base:
             continue
@@ -82,31 +149,55 @@ def annotate(rows: list[dict[str, Any]], scores: dict[tuple[str, str, str], list
         theirs = _matrix(base, r["metric"], shared) if shared else None
         if theirs is None:
             continue
-        mine = {i: v for i, v in zip(ids, per_doc)}
-        b = [sum(col) / len(col) for col in zip(*theirs)]
-        p = paired([mine[i] for i in shared], b)
-        r.update(diff_vs_baseline=p.diff, diff_ci_low=p.low, diff_ci_high=p.high, p_value=p.p_value)
-        tested.append(r)
+        check_references(seed_scores, base, shared, f"{r['method']} against {baseline} on {r['dataset']} "
+                                                    f"({r['split']})")
+        where = {i: k for k, i in enumerate(ids)}
+        mine = [[row[where[i]] for i in shared] for row in values]  # [seeds, shared docs]
+        if len(mine) == len(theirs) >= 2 and len(shared) >= 2:
+            p = seeds_paired(mine, theirs)
+        else:
+            p = paired([sum(c) / len(c) for c in zip(*mine)], [sum(c) / len(c) for c in zip(*theirs)])
+        r.update(diff_vs_baseline=p.diff, diff_ci_low=p.low, diff_ci_high=p.high, p_value=p.p_value,
+                 test_method=p.test_method)
+        if r["split"] == family:
+            tested.append(r)
     for r, adjusted in zip(tested, holm([r["p_value"] for r in tested]) if tested else []):
-        r.update(p_holm=adjusted, significant=adjusted < ALPHA)
+        r.update(p_holm=adjusted, significant=adjusted < ALPHA, family=f"{family} ({len(tested)} comparisons)")
+
+
+def interval_text(mean: float, low: float, high: float, digits: int = 1) -> str:
+    """``±h`` where the interval is symmetric enough, ``[lo, hi]`` where its sides differ by more than
+    ASYMMETRY of its half-width (a bounded score near 0, a Clopper-Pearson interval): "1.8 ±3.6" would
+    hide that it is [0, 7.1]."""
+    half = (high - low) / 2
+    if half > 0 and abs((high - mean) - (mean - low)) > ASYMMETRY * half:
+        return f"[{low:.{digits}f}, {high:.{digits}f}]"
+    return f"±{half:.{digits}f}"
 
 
 def cell_text(r: dict[str, Any]) -> str:
-    """``48.2 ±1.9*``: the mean, the half-width of its 95% interval, the mark where it differs from the
-    baseline; the mean alone where no per-document scores exist."""
+    """``48.2 ±1.9*`` or ``1.8 [0.0, 7.1]``: the mean, its 95% interval, the mark where it differs from
+    the baseline; the mean alone where no per-document scores exist."""
     if r.get("ours") is None:
         return "–"
     text = f"{r['ours']:.1f}"
     if r.get("ci_low") is not None:
-        text += f" ±{(r['ci_high'] - r['ci_low']) / 2:.1f}"
+        text += " " + interval_text(r["ours"], r["ci_low"], r["ci_high"])
     return text + (MARK if r.get("significant") else "")
 
 
-def caption(baseline: str | None, label: str, seeds: Sequence[Any]) -> str:
-    """What the ± and the mark mean, for the rendered table."""
-    over = "documents" if len(seeds) <= 1 else f"{len(seeds)} seeds x documents"
-    text = f"`±`: half-width of the 95% bootstrap interval over {over}."
+def caption(baseline: str | None, label: str, seeds: Sequence[Any], family: str = FAMILY) -> str:
+    """What the interval and the mark mean, for the rendered table."""
+    if len(seeds) <= 1:
+        text = ("One seed per cell: each interval is over documents only (t below 20 documents, Clopper-Pearson "
+                "for a share of 0/1 outcomes, BCa otherwise); `±h` is its half-width, `[lo, hi]` where its sides "
+                "differ.")
+    else:
+        text = (f"{len(seeds)} seeds per cell: each interval is over seeds and documents (two levels, Student's t); "
+                "`±h` is its half-width, `[lo, hi]` where its sides differ.")
     if baseline:
-        text += (f" `{MARK}`: differs from {label} (paired sign-flip permutation test on the same documents, "
-                 f"Holm-corrected within the table, p < {ALPHA}); no mark: no difference shown.")
+        what = "these trained checkpoints differ" if len(seeds) <= 1 else "the methods differ over seeds"
+        text += (f" `{MARK}`: {what} from {label}'s (paired on the same documents; Holm-corrected over the "
+                 f"{family} split's comparisons, p < {ALPHA}; other splits are for choosing and get no mark); "
+                 "no mark: no difference shown.")
     return text

@@ -130,7 +130,7 @@ def table_rows(spec: dict[str, Any], cells: list[Cell], got: Collected, metrics:
                              "ours": ceilings[(split_label, ds)], "paper": None, "diff": None,
                              "status": "computed from the data", "run_id": "", "evaluation": "",
                              "trained_in": "", "commit": "", "seeds": ""})
-    annotate(rows, scores, spec.get("baseline"))
+    annotate(rows, scores, spec.get("baseline"))  # marks on the test split only (dev is for choosing)
     return rows
 
 
@@ -174,9 +174,11 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: 
                if column_label(spec, profile, d) != d]
     has_paper = bool(spec.get("paper"))
     base = spec.get("baseline")
+    stand_in = bool(renamed)  # other data (and model) than the paper's: its value is context, not a target
     lines = [f"# {title(spec, profile)}", "",
-             ("Each cell: ours (paper, ours - paper). " if has_paper else "Each cell: ours (no paper reports "
-              "this table). ") + caption(base, spec["method_labels"].get(base, base) if base else "", seeds(spec, profile))
+             ("Each cell: ours (paper, ours - paper). " if has_paper and not stand_in else
+              "Each cell: ours (the paper's value, from another model on other data: not comparable, so no "
+              "difference is taken). " if has_paper else "Each cell: ours (no paper reports this table). ") + caption(base, spec["method_labels"].get(base, base) if base else "", seeds(spec, profile))
              + " `–`: no number (see status below). dev = validation "
              "split; test = test split (scored locally only where references are public)"
              + (f"; choices were made on {spec['tuning_split']} only" if spec.get("tuning_split") else "") + ".", ""]
@@ -194,7 +196,7 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: 
                     if r is None:
                         cells.append("")
                         continue
-                    diff = "" if r["diff"] is None else f", {r['diff']:+.1f}"
+                    diff = "" if r["diff"] is None or stand_in else f", {r['diff']:+.1f}"
                     cells.append(cell_text(r) + ("" if (r["paper"] is None and meth == CEILING) or not has_paper
                                                     else f" ({_fmt(r['paper'])}{diff})"))
             label = spec.get("ceiling_label", CEILING_LABEL) if meth == CEILING else spec["method_labels"].get(meth, meth)

@@ -16,10 +16,11 @@ SPECS = {name: grid.load_spec(ROOT / "experiments" / f"{name}.yaml") for name in
 
 def test_grid_expansion_covers_every_cell():
     cells = grid.expand_grid(SPECS["table1"], "tiny")
-    assert len(cells) == 3 * 6
+    assert len(cells) == 3 * 6 * 3  # columns x methods x the tiny profile's seeds
+    assert {c.seed for c in cells} == {42, 43, 44}
     missing = {m for m in ("memorizing", "unlimiformer") if not (ROOT / "conf" / "method" / f"{m}.yaml").exists()}
     assert {c.method for c in cells if not c.available} == missing
-    sled_gov = next(c for c in cells if c.method == "sled" and c.key == "govreport")
+    sled_gov = next(c for c in cells if c.method == "sled" and c.key == "govreport" and c.seed == 42)
     assert sled_gov.overrides[-1] == "method=sled" and "backbone=tiny_bart_reader" in sled_gov.overrides
     assert "data=ledgers_medium" in sled_gov.overrides
     smoke = next(c for c in grid.expand_grid(SPECS["table1"], "smoke") if c.method == "sled" and c.key == "govreport")
@@ -244,7 +245,7 @@ def test_smoke_profile_runs_the_grid_and_renders_it(tmp_path):
     ours = [r for r in rows if r["method"] == "truncation" and r["status"] == "ok"]
     assert len(ours) == 2 * 3 * len(grid.profile_metrics(spec, "smoke"))
     assert all(r["ci_low"] != "" and r["n_docs"] == "1" for r in ours if r["ours"] != ""), "scores files give intervals"
-    assert " ±0.0 (" in md and "`±`: half-width of the 95% bootstrap interval over documents" in md
+    assert " ±0.0 (" in md and "One seed per cell: each interval is over documents only" in md
     assert "Provenance: 3 runs; commit " in md and "torch threads; wall time " in md
     facts = [r for r in ours if r["metric"] == "fact_recall"]
     assert facts and all(r["ours"] != "" for r in facts), "fact recall is scored on the synthetic columns"
@@ -305,16 +306,18 @@ def test_progress_lines_name_each_task_s_own_scores():
 # ---- intervals and significance -------------------------------------------------------------------------
 
 
-def _write_scored(cell, per_doc: list[float], commit: str = "deadbeef") -> None:
-    """A cell's metrics.json and scores_validation.jsonl: rouge1 per document, the other metrics beside it."""
+def _write_scored(cell, per_doc: list[float], commit: str = "deadbeef", splits=("validation",)) -> None:
+    """A cell's metrics.json and scores_<split>.jsonl: rouge1 per document, the other metrics beside it."""
     d = cell.result_dir
     d.mkdir(parents=True, exist_ok=True)
     rows = [{"id": f"doc-{i:03d}", "rouge1": v, "rouge2": v / 2, "rougeL": v / 3} for i, v in enumerate(per_doc)]
     mean = sum(per_doc) / len(per_doc)
     split = {"rouge1": mean, "rouge2": mean / 2, "rougeL": mean / 3, "n_examples": len(per_doc)}
+    scored = {s: split if s in splits else {"scored": False} for s in ("validation", "test")}
     (d / "metrics.json").write_text(json.dumps({"run_id": cell.run_id, "config_hash": "abc", "commit": commit,
-                                                "splits": {"validation": split, "test": {"scored": False}}}))
-    (d / "scores_validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+                                                "splits": scored}))
+    for s in splits:
+        (d / f"scores_{s}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def test_cells_show_intervals_and_marks_against_the_baseline(tmp_path):
@@ -332,18 +335,23 @@ def test_cells_show_intervals_and_marks_against_the_baseline(tmp_path):
     rng = random.Random(0)
     base = [rng.uniform(20, 60) for _ in range(40)]
     shift = {"truncation": 0.0, "sled": 6.0, "scaleformer": 0.0, "scaleformer_middle": None}
+    both = ("validation", "test")
     for c in cells:
         if shift[c.method] is None:
-            _write_scored(c, [rng.uniform(20, 60) for _ in base])  # unrelated scores: no mark expected either way
+            _write_scored(c, [rng.uniform(20, 60) for _ in base], splits=both)  # unrelated: no mark expected either way
         else:
-            _write_scored(c, [v + shift[c.method] + (rng.gauss(0, 1) if c.method == "scaleformer" else 0) for v in base])
+            _write_scored(c, [v + shift[c.method] + (rng.gauss(0, 1) if c.method == "scaleformer" else 0) for v in base],
+                          splits=both)
     paths = tables.build_table(spec, "smoke", tmp_path, tmp_path, methods="truncation,sled,scaleformer,scaleformer_middle")
     rows = {(r["split"], r["method"], r["dataset"], r["metric"]): r for r in csv.DictReader(paths["csv"].open())}
-    sled = rows[("dev", "sled", "summscreen", "rouge1")]
+    sled = rows[("test", "sled", "summscreen", "rouge1")]
     assert sled["significant"] == "True" and float(sled["diff_vs_baseline"]) == pytest.approx(6.0)
     assert float(sled["diff_ci_low"]) == pytest.approx(6.0) and float(sled["p_holm"]) >= float(sled["p_value"])
-    same = rows[("dev", "scaleformer", "summscreen", "rouge1")]
+    assert sled["family"].startswith("test (") and sled["test_method"] == "normal"  # 40 documents: the normal limit
+    same = rows[("test", "scaleformer", "summscreen", "rouge1")]
     assert same["significant"] == "False" and float(same["p_holm"]) > 0.05
+    dev = rows[("dev", "sled", "summscreen", "rouge1")]  # dev is for choosing: a p-value, no mark, not in the family
+    assert dev["p_value"] == sled["p_value"] and dev["p_holm"] == "" and dev["significant"] == "" and dev["family"] == ""
     trunc = rows[("dev", "truncation", "summscreen", "rouge1")]
     assert trunc["p_value"] == "" and trunc["baseline"] == "truncation", "the baseline is not tested against itself"
     ci = mean_ci(base)
@@ -351,7 +359,8 @@ def test_cells_show_intervals_and_marks_against_the_baseline(tmp_path):
     assert trunc["n_docs"] == "40" and trunc["n_seeds"] == "1" and trunc["seeds"] == "42"
     md = paths["md"].read_text()
     assert f"{float(sled['ours']):.1f} ±{(float(sled['ci_high']) - float(sled['ci_low'])) / 2:.1f}*" in md
-    assert f"{float(trunc['ours']):.1f} ±{ci.half_width:.1f} (" in md and "Holm-corrected within the table" in md
+    assert f"{float(trunc['ours']):.1f} ±{ci.half_width:.1f} (" in md and "Holm-corrected over the test split's" in md
+    assert "these trained checkpoints differ" in md
     assert "choices were made on validation only" in md
     assert "Provenance: 4 runs; commit deadbeef; torch unknown" in md
     assert r"$\pm$" in paths["tex"].read_text() and "$^*$" in paths["tex"].read_text()
@@ -377,7 +386,8 @@ def test_several_seeds_average_per_cell_and_resample_documents(tmp_path):
     ci = seeds_ci(scores)
     assert float(row["ours"]) == pytest.approx(27.125) and row["n_seeds"] == "2" and row["seeds"] == "1;2"
     assert float(row["ci_low"]) == pytest.approx(ci.low) and float(row["ci_high"]) == pytest.approx(ci.high)
-    assert "over 2 seeds x documents" in paths["md"].read_text()
+    assert "2 seeds per cell: each interval is over seeds and documents" in paths["md"].read_text()
+    assert row["ci_method"] == "two-level t" and float(row["seed_sd"]) >= 0
 
 
 def test_runs_without_scores_files_show_the_mean_and_no_interval(tmp_path):

@@ -77,12 +77,12 @@ def test_degenerate_and_bad_inputs():
         stats.paired([1.0, 2.0], [1.0])
 
 
-def test_seeds_ci_resamples_documents_shared_by_the_seeds():
+def test_seeds_ci_takes_both_levels_and_one_seed_is_documents_only():
     rng = np.random.default_rng(3)
     scores = rng.normal(30, 10, (3, 120))  # [seeds, docs]
     got = stats.seeds_ci(scores)
-    assert got.mean == pytest.approx(scores.mean()) and got.n == 120
-    assert got == stats.mean_ci(scores.mean(axis=0))
+    assert got.mean == pytest.approx(scores.mean()) and got.n == 120 and got.method == "two-level t"
+    assert stats.seeds_ci(scores[:1]) == stats.mean_ci(scores[0])  # tests/metrics/test_stats_seeds.py: coverage
 
 
 def test_holm_matches_its_definition():
@@ -227,7 +227,7 @@ def test_paired_interval_and_p_are_scipys_at_a_fixed_seed():
     for n in (14, 57, 300):  # 14: the first size past the exact test
         a = rng.normal(40, 10, n)
         b = a - rng.normal(0.7, 3, n)
-        got = stats.paired(a, b, seed=3)
+        got = stats.paired(a, b, seed=3, test="monte-carlo")
         lo, hi = _scipy_interval(a - b, 3)
         perm = sp.permutation_test((a, b), lambda u, v, axis=-1: (u - v).mean(axis=axis), permutation_type="samples",
                                    vectorized=True, n_resamples=10_000, alternative="two-sided",
@@ -243,9 +243,11 @@ def test_blocks_of_resamples_give_the_one_block_result(monkeypatch, block):
     rng = np.random.default_rng(9)
     a, b = rng.normal(30, 8, 200), rng.normal(29, 8, 200)
     monkeypatch.setattr(stats, "CHUNK_ELEMENTS", 10 ** 9)
-    whole = stats.paired(a, b, seed=4, resamples=3001), stats.mean_ci(a, seed=4, resamples=3001)
+    def both():
+        return stats.paired(a, b, seed=4, resamples=3001, test="monte-carlo"), stats.mean_ci(a, seed=4, resamples=3001)
+    whole = both()
     monkeypatch.setattr(stats, "CHUNK_ELEMENTS", block * 200 if block in (1, 64) else block)
-    assert (stats.paired(a, b, seed=4, resamples=3001), stats.mean_ci(a, seed=4, resamples=3001)) == whole
+    assert both() == whole
     assert whole[0].test_method == "monte-carlo" and whole[0].p_value > 0.0
 
 

@@ -1,0 +1,85 @@
+"""Which interval a cell gets, which comparisons make Holm's family, and what a cell prints
+(scaleformer.artifacts.significance), on hand-made per-document scores."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from scaleformer.artifacts import significance as sig
+from scaleformer.metrics import stats
+
+
+def _scores(values, metric="rouge1", refs=None):
+    return {f"d{i}": {"id": f"d{i}", metric: float(v), **({sig.REF: refs[i]} if refs else {})}
+            for i, v in enumerate(values)}
+
+
+def _row(split, method, metric="rouge1", ours=1.0):
+    return {"split": split, "method": method, "dataset": "x", "metric": metric, "ours": ours}
+
+
+def test_holm_runs_over_the_test_split_only_and_names_its_family():
+    rng = np.random.default_rng(0)
+    base = rng.normal(40, 8, 64)
+    scores = {}
+    for split in ("dev", "test"):
+        scores[(split, "trunc", "x")] = [_scores(base)]
+        scores[(split, "a", "x")] = [_scores(base + 3 + rng.normal(0, 1, 64))]
+        scores[(split, "b", "x")] = [_scores(base + rng.normal(0, 1, 64))]
+    rows = [_row(s, m) for s in ("dev", "test") for m in ("trunc", "a", "b")]
+    sig.annotate(rows, scores, "trunc")
+    by = {(r["split"], r["method"]): r for r in rows}
+    assert by[("test", "a")]["significant"] is True and by[("test", "a")]["family"] == "test (2 comparisons)"
+    pa, pb = by[("test", "a")]["p_value"], by[("test", "b")]["p_value"]
+    assert by[("test", "a")]["p_holm"] == pytest.approx(min(1.0, 2 * pa)) and by[("test", "b")]["p_holm"] == pytest.approx(max(pb, 2 * pa))
+    assert by[("dev", "a")]["p_value"] is not None and by[("dev", "a")]["significant"] is None  # dev: no mark
+    assert by[("dev", "a")]["p_holm"] is None and by[("test", "trunc")]["p_value"] is None
+
+
+def test_pairs_with_different_references_are_refused():
+    refs = ["r0", "r1", "r2"]
+    scores = {("test", "trunc", "x"): [_scores([1, 2, 3], refs=refs)],
+              ("test", "a", "x"): [_scores([2, 3, 4], refs=["r0", "other", "r2"])]}
+    with pytest.raises(ValueError, match="document 'd1' has different references"):
+        sig.annotate([_row("test", "trunc"), _row("test", "a")], scores, "trunc")
+
+
+def test_read_scores_takes_the_reference_digest_from_the_predictions(tmp_path):
+    (tmp_path / "scores_test.jsonl").write_text(json.dumps({"id": "q1", "exact_match": 100.0}) + "\n")
+    (tmp_path / "predictions_test.jsonl").write_text(json.dumps({"id": "q1", "prediction": "a", "reference": ["b"]}) + "\n")
+    got = sig.read_scores(tmp_path, "test")
+    assert len(got["q1"][sig.REF]) == 16 and got["q1"]["exact_match"] == 100.0
+
+
+def test_a_share_gets_clopper_pearson_few_documents_get_t_and_several_seeds_two_levels():
+    zero, _ = sig.cell_interval([[0.0] * 64], "exact_match")
+    assert zero.method == "Clopper-Pearson" and zero.high == pytest.approx(5.6, abs=0.05)
+    assert sig.cell_text({"ours": 0.0, "ci_low": zero.low, "ci_high": zero.high}) == "0.0 [0.0, 5.6]"
+    rouge_zero, _ = sig.cell_interval([[0.0] * 64], "rouge1")  # ROUGE of 0 is not a share
+    assert rouge_zero.method == "none"
+    eight, _ = sig.cell_interval([[float(v) for v in range(8)]], "rouge1")
+    assert eight == stats.small_ci(range(8)) and eight.method == "t"
+    grid = np.random.default_rng(1).normal(30, 5, (3, 40)).tolist()
+    two, extra = sig.cell_interval(grid, "rouge1")
+    assert two == stats.seeds_ci(grid) and set(extra) == {"seed_sd", "doc_sd"}
+
+
+def test_asymmetric_intervals_print_both_ends():
+    assert sig.interval_text(1.8, 0.0, 7.1) == "[0.0, 7.1]"
+    assert sig.interval_text(48.2, 46.3, 50.1) == "±1.9"
+    assert sig.interval_text(5.0, 5.0, 5.0) == "±0.0"
+
+
+def test_several_seeds_are_compared_over_both_levels():
+    rng = np.random.default_rng(2)
+    doc = rng.normal(0, 8, 50)
+    grids = {m: [_scores(40 + shift + doc + rng.normal(0, 1.5) + rng.normal(0, 2, 50)) for _ in range(3)]
+             for m, shift in (("trunc", 0.0), ("a", 6.0))}
+    rows = [_row("test", "trunc"), _row("test", "a")]
+    sig.annotate(rows, {("test", m, "x"): v for m, v in grids.items()}, "trunc")
+    assert rows[1]["test_method"] == "two-level t" and rows[1]["n_seeds"] == 3 and rows[1]["seed_sd"] is not None
+    assert "the methods differ over seeds" in sig.caption("trunc", "Trunc.", [1, 2, 3])
+    assert "these trained checkpoints differ" in sig.caption("trunc", "Trunc.", [42])
