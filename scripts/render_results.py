@@ -1,7 +1,8 @@
 """The numbers of README.md and docs/*.md, rendered from committed results files (never typed by hand).
 
     python scripts/render_results.py           # rewrite every results block from results/
-    python scripts/render_results.py --check   # exit 1 if a block differs from its files (a test runs this)
+    python scripts/render_results.py --check   # exit 1 if a block differs from its files, or a table's
+                                               # statistics from its archived scores (a test runs this)
 
 A block is ``<!-- results: NAME -->`` ... ``<!-- /results -->`` in a page; NAME picks a renderer below,
 which reads only files under ``results/`` (the default run's, written by ``scripts/default_results.py``;
@@ -228,25 +229,28 @@ def render_table_qa_reading() -> str:
 def render_detectable(artifact: str, metric: str) -> str:
     """The smallest difference from the baseline the held-out test split could show, from its own paired
     intervals: (z_{1-0.05/(2m)} + z_{0.8}) x SE, SE = the paired interval's half-width / 1.96, m = the
-    table's comparisons (Holm's first step is Bonferroni's)."""
+    test split's comparisons, the family Holm corrects over (dev is for choosing, never for claims; Holm's
+    first step is Bonferroni's)."""
     from scipy.stats import norm
 
     spec, rows = _table(artifact)
     tested = [r for r in (_row(rows, x["split"], x["method"], x["dataset"], x["metric"]) for x in rows
-                          if x.get("p_value")) if r]
+                          if x.get("p_value") and x["split"] == "test") if r]
     if not tested:
-        raise MissingResults(f"results/tiny/{artifact}.csv: no paired tests (rendered before intervals existed)")
+        raise MissingResults(f"results/tiny/{artifact}.csv: no paired tests on the test split (rendered before "
+                             "intervals existed)")
     m = len(tested)
     z = norm.ppf(1 - 0.05 / (2 * m)) + norm.ppf(0.8)
     ses = sorted((r["diff_ci_high"] - r["diff_ci_low"]) / 2 / norm.ppf(0.975) for r in tested
-                 if r["split"] == "test" and r["metric"] == metric)
+                 if r["metric"] == metric)
     if not ses:
         raise MissingResults(f"results/tiny/{artifact}.csv: no test-split {metric} comparison")
     mid = ses[len(ses) // 2]
-    n = sorted({r["n_docs"] for r in tested if r["split"] == "test"})
+    n = sorted({r["n_docs"] for r in tested})
     label = LABELS.get(metric, metric)
     return (f"Power of `results/tiny/{artifact}.csv`'s test split ({'/'.join(n)} documents per cell, {m} comparisons "
-            f"with the baseline in the table): the paired {label} differences have a median standard error of "
+            f"with the baseline on the test split, the family of the correction): the paired {label} differences "
+            f"have a median standard error of "
             f"{mid:.2f} points (from {min(ses):.2f} to {max(ses):.2f}), so a difference of "
             f"{z * mid:.1f} points ({z * min(ses):.1f} to {z * max(ses):.1f}) is found with 80% power at "
             f"0.05 after the correction: (z(1 - 0.05/{2 * m}) + z(0.8)) x SE = {z:.2f} x SE.")
@@ -339,10 +343,34 @@ def render_page(text: str, page: str) -> str:
     return BLOCK.sub(one, text)
 
 
+def recheck_archives() -> list[str]:
+    """Every table with archived scores (results/tiny/scores/<artifact>/): its CSV's statistics recomputed."""
+    from scaleformer.artifacts.grid import load_spec
+    from scaleformer.artifacts.scores_archive import recheck
+
+    problems = []
+    for folder in sorted((ROOT / "results" / "tiny" / "scores").glob("*")):
+        spec = load_spec(ROOT / "experiments" / f"{folder.name}.yaml")
+        problems += recheck(spec, ROOT / "results" / "tiny" / f"{folder.name}.csv", folder)
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="report blocks that differ from their files; write nothing")
+    ap.add_argument("--check", action="store_true", help="report blocks that differ from their files, and "
+                    "statistics that differ from the archived per-document scores; write nothing")
+    ap.add_argument("--restate", metavar="ARTIFACT", help="rewrite results/tiny/ARTIFACT.{md,csv,tex} from its CSV "
+                    "under the current statistics rules (scaleformer.artifacts.restate), then render the blocks")
     args = ap.parse_args(argv)
+    if args.restate:
+        from scaleformer.artifacts.grid import load_spec
+        from scaleformer.artifacts.restate import restate
+
+        restate(load_spec(ROOT / "experiments" / f"{args.restate}.yaml"), "tiny", ROOT / "results" / "tiny")
+    if args.check and (problems := recheck_archives()):
+        print("error: statistics differ from the archived per-document scores:\n  " + "\n  ".join(problems),
+              file=sys.stderr)
+        return 1
     stale = []
     for page in PAGES:
         path = ROOT / page

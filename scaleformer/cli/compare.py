@@ -9,7 +9,9 @@ runs must have scored the same documents against the same references, each docum
 finite scores, or the command stops with one line saying what is wrong (a comparison over different
 documents is not paired). The interval is a paired bootstrap over documents, the p-value a sign-flip
 permutation test (:mod:`scaleformer.metrics.stats`, O(documents) memory at any size); the output
-names the methods used. One comparison, so no multiple-testing correction here.
+names the methods used. Each metric is a test of its own, so the p-values are Holm-corrected across the
+metrics reported (the family): a run pair that differs on one metric of eight by chance is not a finding.
+Both the raw and the adjusted p-value are reported; name one ``--metric`` for a single, uncorrected test.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 
 from scaleformer.errors import ConfigError
 from scaleformer.io import atomic_write_json, iter_jsonl, refuse_overwrite
-from scaleformer.metrics.stats import paired
+from scaleformer.metrics.stats import holm, paired
 
 DEFAULT_METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum", "f1", "exact_match", "bertscore_f1", "fact_recall")
 _JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
@@ -147,13 +149,17 @@ def compare(a: Path, b: Path, metrics: Sequence[str] | None = None) -> dict[str,
             i = ids[int(far[0])]
             raise ConfigError(f"document {i!r}: {k} A - B = {ra[i][k]!r} - {rb[i][k]!r} is beyond float's range "
                               f"({far.size} of {len(ids)} documents)")
-    out: dict[str, Any] = {"a": str(a), "b": str(b), "n_documents": len(ids), "metrics": {}}
+    out: dict[str, Any] = {"a": str(a), "b": str(b), "n_documents": len(ids), "metrics": {},
+                           "correction": {"method": "holm", "family": list(values)}}
     for k, (xa, xb) in values.items():
         p = paired(xa, xb)
         out["metrics"][k] = {"mean_a": float(xa.mean()), "mean_b": float(xb.mean()), "diff": p.diff,
                              "ci_low": p.low, "ci_high": p.high, "p_value": p.p_value,
                              "interval_method": p.interval_method, "test_method": p.test_method,
                              "resamples": p.resamples}
+    # the family is the metrics compared here: each is a chance to find a difference that is not there
+    for m, adjusted in zip(out["metrics"].values(), holm([m["p_value"] for m in out["metrics"].values()])):
+        m["p_holm"] = adjusted
     return out
 
 
@@ -170,13 +176,25 @@ def methods_line(result: dict[str, Any]) -> str:
             f"resamples; p: sign-flip permutation test, {test}")
 
 
+def correction_line(result: dict[str, Any]) -> str:
+    """Which tests the adjusted p-values were corrected over, so a reader knows what the family was."""
+    family = result["correction"]["family"]
+    if len(family) == 1:
+        return "p (Holm): one metric compared, so no correction (the same as p)"
+    return (f"p (Holm): Holm's correction across the {len(family)} metrics compared here (the family: "
+            f"{', '.join(family)}); p is each metric's own, uncorrected")
+
+
 def render(result: dict[str, Any]) -> str:
+    """The comparison as a table, with how it was computed and what the correction covered."""
     lines = [f"A: {result['a']}", f"B: {result['b']}", f"{result['n_documents']} documents scored by both; "
-             "A - B, 95% paired bootstrap interval, sign-flip permutation p-value", methods_line(result), "",
-             f"{'metric':<14}{'A':>8}{'B':>8}{'A - B':>8}  {'95% CI':<18}{'p':>8}"]
+             "A - B, 95% paired bootstrap interval, sign-flip permutation p-value", methods_line(result),
+             correction_line(result), "",
+             f"{'metric':<14}{'A':>8}{'B':>8}{'A - B':>8}  {'95% CI':<18}{'p':>8}{'p (Holm)':>10}"]
     for k, m in result["metrics"].items():
         ci = f"[{m['ci_low']:+.2f}, {m['ci_high']:+.2f}]"
-        lines.append(f"{k:<14}{m['mean_a']:>8.2f}{m['mean_b']:>8.2f}{m['diff']:>+8.2f}  {ci:<18}{m['p_value']:>8.4f}")
+        lines.append(f"{k:<14}{m['mean_a']:>8.2f}{m['mean_b']:>8.2f}{m['diff']:>+8.2f}  {ci:<18}"
+                     f"{m['p_value']:>8.4f}{m['p_holm']:>10.4f}")
     return "\n".join(lines)
 
 

@@ -36,6 +36,8 @@ def test_every_spec_has_a_dryrun_profile_at_the_papers_shapes(artifact):
     assert trainer.max_steps == 52 and trainer.accumulate_grad_batches == 1  # the probe's whole schedule
     assert (trainer.cost_warmup, trainer.cost_repeats, trainer.cost_lengths) == (3, 10, [1.0, 0.5])
     assert cfg.generation.num_beams == 4 and len(cfg.trainer.eval_splits) == 1 and cfg.data.max_eval_examples == 1
+    if artifact in ("table1", "table2"):  # a generation timed at a known length: every token it may generate
+        assert cfg.generation.min_new_tokens == cfg.generation.max_new_tokens == 1024
 
 
 def test_one_dryrun_cell_at_bart_base_shape(tmp_path):
@@ -58,6 +60,7 @@ def test_one_dryrun_cell_at_bart_base_shape(tmp_path):
     assert plain["mem_peak_bytes"] > 139_000_000 * 4 * 2  # fp32 weights and gradients at least
     (gen,) = cost["generate"]
     assert 0 < gen["encode_s"] < gen["time_s"]
+    assert gen["new_tokens"] == [4]  # the profile's min_new_tokens follows max_new_tokens: random weights stop at 4
     row = costs.measured(Results.from_dict(out), paper_cap=16384)
     assert row["probe"] == "steady-state" and row["paper_tokens"] > 1100
     assert row["scale"] == pytest.approx(row["paper_tokens"] / 1100, rel=1e-3)

@@ -10,6 +10,7 @@ from conftest import compose
 from scaleformer.bench.measure import compute_dtype
 from scaleformer.runs import cost_fit
 from scaleformer.runs.cost import CostProbe, _split
+from scaleformer.runs.cost_generate import new_tokens
 from scaleformer.runs.run import run
 
 SMALL = ["backbone=tiny_bart", "data=synthetic", "data.synthetic_docs.train=4", "data.synthetic_words=400",
@@ -76,6 +77,24 @@ def test_each_timed_micro_batch_pairs_with_its_bare_forward_and_backward(tmp_pat
     assert plain["overhead_s"] == pytest.approx(cost_fit.quartiles([s["time_s"] - s["bare_s"] for s in mine])[1])
     group = out["cost"]["train_groups"][0]
     assert 0 < group["bare_aten_ops_per_step"] < group["aten_ops_per_step"]  # the loop and optimiser add operators
+
+
+def test_generation_records_the_tokens_it_generated_per_document(sled_cost):
+    """A generation's time is read against its length: the record counts each document's new tokens (the
+    dry run, which fixes the length, is checked in tests/artifacts/test_dryrun.py)."""
+    (gen,) = sled_cost["cost"]["generate"]
+    assert len(gen["new_tokens"]) == 1 and 1 <= gen["new_tokens"][0] <= 2  # max_new_tokens=2, one document
+
+
+def test_new_tokens_stop_at_the_first_end_and_skip_the_start_token():
+    eos = 2
+    rows = torch.tensor([[2, 5, 6, 2, 1, 1],   # ended after 3 tokens, padded (pad 1)
+                         [2, 5, 6, 7, 8, 9],   # reached the length limit
+                         [2, 2, 1, 1, 1, 1]])  # ended at once: the end token is generated
+    assert new_tokens(rows, eos) == [3, 5, 1]
+    assert new_tokens(rows, None) == [5, 5, 5]  # no end token: every position counts
+    with pytest.raises(ValueError, match=r"must be \[batch, length\], got shape \(6,\)"):
+        new_tokens(rows[0], eos)
 
 
 def test_split_reads_phases_from_the_hooks_marks():
