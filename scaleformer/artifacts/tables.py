@@ -34,6 +34,7 @@ from scaleformer.artifacts.grid import (
     title,
     truncation_ceilings,
 )
+from scaleformer.artifacts.scores_archive import archive
 from scaleformer.artifacts.significance import MARK, annotate, caption, cell_text, read_scores
 from scaleformer.io import atomic_write_bytes, atomic_write_text
 from scaleformer.runs.results import FILE as RESULTS_FILE
@@ -260,6 +261,9 @@ def build_table(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
         ceilings = truncation_ceilings(spec, profile, cells, root)
     rows = table_rows(spec, cells, got, metrics, ceilings)
     name = spec["artifact"]
+    # every cell's per-document scores beside the table, so that its statistics can be rechecked
+    archive(spec, rows, {c.run_id: c.result_dir for c in cells if c.run_id and c.result_dir},
+            out_dir / "scores" / name)
     return {
         "md": atomic_write_text(out_dir / f"{name}.md", render_markdown(spec, rows, got.problems, profile,
                                                                         provenance(got))),

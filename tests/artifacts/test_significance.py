@@ -83,3 +83,20 @@ def test_several_seeds_are_compared_over_both_levels():
     assert rows[1]["test_method"] == "two-level t" and rows[1]["n_seeds"] == 3 and rows[1]["seed_sd"] is not None
     assert "the methods differ over seeds" in sig.caption("trunc", "Trunc.", [1, 2, 3])
     assert "these trained checkpoints differ" in sig.caption("trunc", "Trunc.", [42])
+
+
+def test_a_table_restated_from_its_csv_takes_the_test_family_and_share_intervals():
+    from scaleformer.artifacts.restate import restate_rows
+
+    def row(split, method, metric, ours, p=None, n=64):
+        return {"split": split, "method": method, "metric": metric, "ours": ours, "n_docs": n, "n_seeds": 1,
+                "p_value": p, "p_holm": 0.5, "significant": True, "ci_low": 1.0, "ci_high": 2.0}
+
+    rows = restate_rows([row("dev", "a", "exact_match", 0.0, 0.001), row("test", "a", "exact_match", 0.0, 0.001),
+                         row("test", "b", "rouge1", 30.0, 0.02), row("test", "trunc", "rouge1", 31.0)])
+    dev, a, b, trunc = rows
+    assert dev["significant"] is None and dev["p_holm"] is None  # dev: no mark
+    assert a["p_holm"] == pytest.approx(0.002) and a["significant"] is True and a["family"] == "test (2 comparisons)"
+    assert b["p_holm"] == pytest.approx(0.02) and b["significant"] is True
+    assert a["ci_high"] == pytest.approx(5.6, abs=0.05) and a["ci_method"] == "Clopper-Pearson"
+    assert (b["ci_low"], b["ci_high"]) == (1.0, 2.0) and trunc["p_holm"] is None  # kept; baseline untested

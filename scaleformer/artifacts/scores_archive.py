@@ -1,0 +1,107 @@
+"""Per-document scores committed beside a table, so that a reader can recompute every interval and p-value.
+
+The runs (``results/<profile>/runs/``) are not committed: they hold weights. Their per-document scores
+are small, so :func:`archive` copies, for every cell of a rendered table, each seed's
+``scores_<split>.jsonl`` (with each document's reference digest, which pairing checks) to
+``<dest>/<run id>/<evaluation>/scores_<split>.jsonl``; ``results/tiny/scores/<artifact>/`` in this
+repository. :func:`recheck` reads a table's CSV and those files alone, runs the same statistics
+(:func:`scaleformer.artifacts.significance.annotate`) and lists every number that differs: a changed
+score file, a hand-edited CSV, or statistics code that no longer gives the committed numbers.
+``python scripts/render_results.py --check`` runs it for every archived table.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from scaleformer.artifacts.significance import annotate, read_scores
+from scaleformer.io import atomic_write_text, iter_jsonl
+
+# what annotate computes and the CSV keeps: recomputed and compared
+CHECKED = ("ci_low", "ci_high", "n_docs", "n_seeds", "diff_vs_baseline", "diff_ci_low", "diff_ci_high",
+           "p_value", "p_holm", "significant")
+REL = 1e-9  # floating-point noise between machines is far below; a changed score is far above
+
+
+def _runs(row: dict[str, Any]) -> list[tuple[str, str]]:
+    """(run id, evaluation folder) of each seed of a CSV row."""
+    return list(zip(row["run_id"].split(";"), row["evaluation"].split(";"), strict=True))
+
+
+def archive(spec: dict[str, Any], rows: list[dict[str, Any]], result_dirs: dict[str, Path], dest: Path) -> int:
+    """Copy the scores of every ``ok`` row's runs into ``dest``; ``result_dirs``: run id -> its evaluation
+    folder. Returns the number of files written."""
+    written = set()
+    for r in rows:
+        if r.get("status") != "ok" or not r.get("run_id"):
+            continue
+        split = spec["splits"][r["split"]]
+        for run_id, evaluation in _runs(r):
+            target = dest / run_id / evaluation / f"scores_{split}.jsonl"
+            if target in written or run_id not in result_dirs:
+                continue
+            scores = read_scores(result_dirs[run_id], split)
+            if scores is None:
+                continue
+            atomic_write_text(target, "".join(json.dumps(s, sort_keys=True) + "\n" for s in scores.values()))
+            written.add(target)
+    return len(written)
+
+
+def _value(x: Any) -> Any:
+    """A CSV cell as annotate's value: '' -> None, 'True'/'False' -> bool, numbers -> float."""
+    if x in ("", None):
+        return None
+    if x in ("True", "False"):
+        return x == "True"
+    try:
+        return float(x)
+    except ValueError:
+        return x
+
+
+def _differs(a: Any, b: Any) -> bool:
+    b = float(b) if isinstance(b, int) and not isinstance(b, bool) else b
+    if isinstance(a, float) and isinstance(b, float):
+        return not math.isclose(a, b, rel_tol=REL, abs_tol=1e-12)
+    return a != b
+
+
+def recheck(spec: dict[str, Any], csv_path: Path, scores_dir: Path) -> list[str]:
+    """Every statistic of ``csv_path`` recomputed from ``scores_dir`` alone; the differences, one line each."""
+    table = list(csv.DictReader(csv_path.open()))
+    scores: dict[tuple[str, str, str], list[dict[str, dict[str, Any]]]] = {}
+    problems = []
+    for r in table:
+        key = (r["split"], r["method"], r["dataset"])
+        if r["status"] != "ok" or not r["run_id"] or key in scores:
+            continue
+        split = spec["splits"][r["split"]]
+        per_seed = []
+        for run_id, evaluation in _runs(r):
+            path = scores_dir / run_id / evaluation / f"scores_{split}.jsonl"
+            if not path.exists():
+                problems.append(f"{csv_path.name}: {path} is missing (a cell's scores are not archived)")
+                break
+            per_seed.append({str(s["id"]): s for _, s in iter_jsonl(path)})
+        else:
+            scores[key] = per_seed
+    fresh = [{"split": r["split"], "method": r["method"], "dataset": r["dataset"], "metric": r["metric"],
+              "ours": _value(r["ours"])} for r in table]
+    annotate(fresh, scores, spec.get("baseline"))
+    for old, new in zip(table, fresh, strict=True):
+        seeds = scores.get((old["split"], old["method"], old["dataset"]))
+        if seeds and new["ours"] is not None and all(old["metric"] in d for s in seeds for d in s.values()):
+            mean = sum(sum(d[old["metric"]] for d in s.values()) / len(s) for s in seeds) / len(seeds)
+            if _differs(new["ours"], mean):
+                problems.append(f"{csv_path.name}: {old['split']} {old['method']} {old['dataset']} {old['metric']}: "
+                                f"ours is {old['ours']} in the CSV, {mean!r} from the archived scores")
+        for k in CHECKED:
+            if _differs(_value(old.get(k, "")), new.get(k)):
+                problems.append(f"{csv_path.name}: {old['split']} {old['method']} {old['dataset']} {old['metric']}: "
+                                f"{k} is {old.get(k)!r} in the CSV, {new.get(k)!r} from the archived scores")
+    return problems
