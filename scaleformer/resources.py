@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 ASSET_PREFIX = "asset:"
 
@@ -41,6 +42,26 @@ def package_commit() -> str:
         return git("rev-parse", "HEAD") + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+@cache
+def package_changes() -> dict[str, Any] | None:
+    """What '-dirty' stands for: the files changed from the commit and the SHA-256 of ``git diff HEAD``
+    (None when clean or not a checkout). A table built from a dirty tree names its changes, so a reader
+    can tell a config tweak from a code change. Asked once per process, like :func:`package_commit`."""
+    import hashlib
+    import subprocess
+
+    if not package_commit().endswith("-dirty"):
+        return None
+    source = str(package_dir().parent)
+    try:
+        diff = subprocess.run(["git", "-C", source, "diff", "HEAD"], capture_output=True, timeout=10, check=True).stdout
+        names = subprocess.run(["git", "-C", source, "diff", "HEAD", "--name-only"], capture_output=True, text=True,
+                               timeout=10, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"diff_sha256": hashlib.sha256(diff).hexdigest(), "files": names}
 
 
 def conf_dir() -> Path:

@@ -159,6 +159,30 @@ def _signed(x: float) -> str:
     return f"{x:+.1f}"
 
 
+def _what_marks_mean(rows: list[dict[str, str]]) -> str:
+    """What a mark claims, from the seeds the table's cells rest on."""
+    seeds = sorted({int(r["n_seeds"]) for r in rows if r["split"] == "test" and r.get("n_seeds")})
+    if seeds and seeds[0] >= 2:
+        return (f"where the paired test over {'/'.join(map(str, seeds))} seeds and the documents finds the methods "
+                "differ (Holm-corrected over the test split's comparisons)")
+    return ("where the paired test finds that these one-seed checkpoints differ (Holm-corrected over the test "
+            "split's comparisons; one trained seed per method, so not yet a claim about the methods)")
+
+
+def _seed_spread(rows: list[dict[str, str]], metric: str) -> str:
+    """The median seed SD beside the median document SD of a metric's multi-seed test cells ('' if none)."""
+    import statistics
+
+    cells = [r for r in rows if r["split"] == "test" and r["metric"] == metric and r.get("seed_sd")]
+    if not cells:
+        return ""
+    seed = statistics.median(float(r["seed_sd"]) for r in cells)
+    doc = statistics.median(float(r["doc_sd"]) for r in cells)
+    return (f" Across seeds a cell's {LABELS[metric]} moves by a median SD of {seed:.2f} points, against a "
+            f"document SD of {doc:.1f} ({len(cells)} test cells): a mean over 64 documents has a document "
+            f"standard error of {doc / 8:.2f}, so one seed's shift is {'larger' if seed > doc / 8 else 'smaller'}.")
+
+
 def render_table1_reading() -> str:
     """Past the first window, on the held-out test ledgers: each method's R-1 and Parts against truncation's,
     with the table's paired tests deciding the words (a difference without its mark is not called one)."""
@@ -188,8 +212,8 @@ def render_table1_reading() -> str:
     held = " and ".join(_fmt(_value(rows, "test", CEILING, ds, "fact_recall")) + "%" for ds in long_cols)
     n = sorted({r["n_docs"] for r in rows if r["split"] == "test" and r["dataset"] in long_cols and r.get("n_docs")})
     return (f"Held-out test ledgers ({'/'.join(n)} per column), the {names} columns, where truncation's window "
-            f"holds {held} of the events: R-1 / Parts minus truncation's, `{MARK}` where the paired test says the "
-            f"difference is real (Holm-corrected over the table). Higher on both scores and both columns: "
+            f"holds {held} of the events: R-1 / Parts minus truncation's, `{MARK}` {_what_marks_mean(rows)}."
+            f"{_seed_spread(rows, 'rouge1')} Higher on both scores and both columns: "
             f"{'; '.join(groups['higher']) or 'none'}. Lower on all four: {'; '.join(groups['lower']) or 'none'}. "
             f"Neither (some difference not shown, or mixed): {'; '.join(groups['mixed']) or 'none'}.")
 
@@ -222,8 +246,8 @@ def render_table_qa_reading() -> str:
         for verdict, names in groups.items())
     return (f"Held-out test questions ({'/'.join(n)}): truncation answers {_fmt(trunc[0]['ours'])} EM / "
             f"{_fmt(trunc[1]['ours'])} F1. Each method minus truncation, with the paired 95% interval, `{MARK}` "
-            f"where the paired test finds the difference (Holm-corrected over the table; an interval that "
-            f"misses zero without its mark did not survive the correction). {found}")
+            f"{_what_marks_mean(rows)}; an interval that misses zero without its mark did not survive the "
+            f"correction. {found}")
 
 
 def render_detectable(artifact: str, metric: str) -> str:

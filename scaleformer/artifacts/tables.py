@@ -157,9 +157,12 @@ def provenance(got: Collected) -> str:
                                                                                        "lightning"))
     wall = sum(r.wall_time_s for r in results)
     commits = joined(r.commit[:12] + ("-dirty" if r.commit.endswith("-dirty") else "") for r in results)
+    dirty = {r.commit[:12]: r.changes for r in results if r.commit.endswith("-dirty")}
+    changes = "; ".join(f"{c}-dirty changed {', '.join(ch['files'])} (diff sha256 {ch['diff_sha256'][:12]})"
+                        if ch else f"{c}-dirty: its changes were not recorded" for c, ch in sorted(dirty.items()))
     return (f"Provenance: {len(results)} runs; commit {commits}; {versions}; "
             f"machine {joined(r.machine for r in results)}; wall time {wall / 60:.1f} min summed over the runs "
-            "(training and evaluation).")
+            "(training and evaluation)." + (f" Uncommitted changes: {changes}." if changes else ""))
 
 
 def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: list[str],

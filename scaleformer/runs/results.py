@@ -32,6 +32,7 @@ class Results:
     data: dict[str, Any] = field(default_factory=dict)  # name, summary of the splits
     splits: dict[str, dict[str, Any]] = field(default_factory=dict)  # split -> scores
     commit: str = "unknown"
+    changes: dict[str, Any] | None = None  # a '-dirty' commit's changed files and diff hash
     tag: str | None = None
     device: str = "cpu"
     machine: str = ""  # the device's model name, cores and torch threads (runtime.machine)

@@ -37,7 +37,7 @@ from scaleformer.model import hub
 from scaleformer.model.backbone import build_model
 from scaleformer.model.backbone import prepare as prepare_backbone
 from scaleformer.ops import compat
-from scaleformer.resources import package_commit
+from scaleformer.resources import package_changes, package_commit
 from scaleformer.runs import checkpoints, identity, runtime
 from scaleformer.runs.callbacks import ExactResume, log_metrics
 from scaleformer.runs.console import count_parameters, log_to_file, quiet, summary_table
@@ -142,7 +142,7 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
         return {}
     results = Results(
         run_id=ctx.run_id, training_hash=ctx.training_hash, evaluation_hash=ctx.evaluation_hash, step=step,
-        commit=git_commit(), tag=ctx.cfg.tag,
+        commit=git_commit(), changes=package_changes(), tag=ctx.cfg.tag,
         method=describe_method(ctx.cfg, parts.method),  # after evaluation: what the method measured
         backbone={"name": ctx.cfg.backbone.name, "pretrained": ctx.cfg.backbone.pretrained,
                   "arch": ctx.cfg.backbone.arch},
