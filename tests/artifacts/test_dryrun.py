@@ -36,8 +36,9 @@ def test_every_spec_has_a_dryrun_profile_at_the_papers_shapes(artifact):
     assert trainer.max_steps == 52 and trainer.accumulate_grad_batches == 1  # the probe's whole schedule
     assert (trainer.cost_warmup, trainer.cost_repeats, trainer.cost_lengths) == (3, 10, [1.0, 0.5])
     assert cfg.generation.num_beams == 4 and len(cfg.trainer.eval_splits) == 1 and cfg.data.max_eval_examples == 1
-    if artifact in ("table1", "table2"):  # a generation timed at a known length: every token it may generate
-        assert cfg.generation.min_new_tokens == cfg.generation.max_new_tokens == 1024
+    # a generation timed at a known length: every token it may generate (QA's answers are capped at 32)
+    want = 32 if artifact == "table_qa" else 1024
+    assert cfg.generation.min_new_tokens == cfg.generation.max_new_tokens == want
 
 
 def test_one_dryrun_cell_at_bart_base_shape(tmp_path):
