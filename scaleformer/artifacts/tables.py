@@ -178,11 +178,13 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: 
                if column_label(spec, profile, d) != d]
     has_paper = bool(spec.get("paper"))
     base = spec.get("baseline")
+    # the seeds the cells rest on (a spec's list may be longer than what has run)
+    ran = max((int(r["n_seeds"]) for r in rows if r.get("n_seeds")), default=len(seeds(spec, profile)))
     stand_in = bool(renamed)  # other data (and model) than the paper's: its value is context, not a target
     lines = [f"# {title(spec, profile)}", "",
              ("Each cell: ours (paper, ours - paper). " if has_paper and not stand_in else
               "Each cell: ours (the paper's value, from another model on other data: not comparable, so no "
-              "difference is taken). " if has_paper else "Each cell: ours (no paper reports this table). ") + caption(base, spec["method_labels"].get(base, base) if base else "", seeds(spec, profile))
+              "difference is taken). " if has_paper else "Each cell: ours (no paper reports this table). ") + caption(base, spec["method_labels"].get(base, base) if base else "", range(ran))
              + " `–`: no number (see status below). dev = validation "
              "split; test = test split (scored locally only where references are public)"
              + (f"; choices were made on {spec['tuning_split']} only" if spec.get("tuning_split") else "") + ".", ""]
