@@ -156,7 +156,7 @@ def compare(a: Path, b: Path, metrics: Sequence[str] | None = None) -> dict[str,
         out["metrics"][k] = {"mean_a": float(xa.mean()), "mean_b": float(xb.mean()), "diff": p.diff,
                              "ci_low": p.low, "ci_high": p.high, "p_value": p.p_value,
                              "interval_method": p.interval_method, "test_method": p.test_method,
-                             "resamples": p.resamples}
+                             "resamples": p.resamples, "test_draws": p.test_draws, "mc_error": p.mc_error}
     # the family is the metrics compared here: each is a chance to find a difference that is not there
     for m, adjusted in zip(out["metrics"].values(), holm([m["p_value"] for m in out["metrics"].values()])):
         m["p_holm"] = adjusted
@@ -170,8 +170,12 @@ def methods_line(result: dict[str, Any]) -> str:
         return ""
     first = next(iter(ms.values()))
     other = [f"{k}: {m['interval_method']}" for k, m in ms.items() if m["interval_method"] != "BCa"]
-    test = (f"all 2^{result['n_documents']} sign patterns (exact)" if first["test_method"] == "exact"
-            else f"{first['resamples']:,} random sign patterns (Monte Carlo)")
+    how = first["test_method"]
+    test = (f"all 2^{result['n_documents']} sign patterns (exact)" if how == "exact"
+            else "its normal limit (30 documents or more: no Monte Carlo floor on p)" if how == "normal"
+            else f"{first.get('test_draws') or first['resamples']:,} random sign patterns (Monte Carlo"
+                 + (f", p's standard error up to {max(m.get('mc_error') or 0 for m in ms.values()):.1g})"
+                    if first.get("mc_error") is not None else ")"))
     return (f"interval: BCa bootstrap{' (' + ', '.join(other) + ')' if other else ''}, {first['resamples']:,} "
             f"resamples; p: sign-flip permutation test, {test}")
 

@@ -66,8 +66,9 @@ class Paired:
     n: int
     interval_method: str = "BCa"  # BCa | percentile | none (every difference equal: zero width)
     test_method: str = "exact"  # exact | monte-carlo | normal | two-level t (seeds_paired)
-    resamples: int = RESAMPLES
+    resamples: int = RESAMPLES  # the interval's bootstrap resamples
     mc_error: float | None = None  # the Monte Carlo p-value's standard error, where it is one
+    test_draws: int = 0  # sign patterns the p-value counted (exact: 2^n; monte-carlo: draws; normal: none)
 
 
 def _finite(x: np.ndarray, what: str) -> None:
@@ -269,7 +270,7 @@ def seeds_paired(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> 
     se = float(np.sqrt(lv.var_mean))
     h = float(student.ppf(0.5 + CONFIDENCE / 2, lv.df)) * se
     p = 1.0 if se == 0 else float(min(1.0, 2 * student.sf(abs(lv.mean) / se, lv.df)))
-    return Paired(lv.mean, lv.mean - h, lv.mean + h, p, int(x.shape[1]), "two-level t", "two-level t", 0)
+    return Paired(lv.mean, lv.mean - h, lv.mean + h, p, int(x.shape[1]), "two-level t", "two-level t", 0)  # analytic
 
 
 def paired(a: Sequence[float], b: Sequence[float], *, seed: int = SEED, resamples: int = RESAMPLES,
@@ -291,13 +292,14 @@ def paired(a: Sequence[float], b: Sequence[float], *, seed: int = SEED, resample
     else:
         lo, hi, how = _interval(d, _resampled_means(d, np.random.default_rng(seed), resamples))
     if d.size == 1:  # its two sign flips give +d and -d, both as extreme as d: the exact p-value is 1
-        return Paired(diff, lo, hi, 1.0, 1, how, "exact", resamples)
+        return Paired(diff, lo, hi, 1.0, 1, how, "exact", resamples, test_draws=2)
     # Sign flips of the differences: under "no difference" each document's sign is a coin toss.
     if test == "monte-carlo":
         p, how_p = _sign_flip_p(d, np.random.default_rng(seed), resamples)
-        return Paired(diff, lo, hi, p, int(d.size), how, how_p, resamples)
+        draws = 2 ** d.size if how_p == "exact" else resamples
+        return Paired(diff, lo, hi, p, int(d.size), how, how_p, resamples, test_draws=draws)
     p, how_p, draws, err = sign_flip_p(d, seed=seed)
-    return Paired(diff, lo, hi, p, int(d.size), how, how_p, draws, err)
+    return Paired(diff, lo, hi, p, int(d.size), how, how_p, resamples, err, draws)
 
 
 def sign_flip_p(d: Sequence[float], *, seed: int = SEED) -> tuple[float, str, int, float | None]:
