@@ -36,6 +36,10 @@ LABELS = {"rouge1": "R-1", "rouge2": "R-2", "rougeL": "R-L", "fact_recall": "Fac
 CEILING = "truncation_ceiling"
 
 
+from scaleformer.artifacts.scores_archive import recheck_all  # noqa: E402
+from scaleformer.artifacts.significance import mark_meaning, seed_spread  # noqa: E402
+
+
 class MissingResults(Exception):
     """A block's results file is absent or unreadable."""
 
@@ -161,30 +165,6 @@ def _signed(x: float) -> str:
     return f"{x:+.1f}"
 
 
-def _what_marks_mean(rows: list[dict[str, str]]) -> str:
-    """What a mark claims, from the seeds the table's cells rest on."""
-    seeds = sorted({int(r["n_seeds"]) for r in rows if r["split"] == "test" and r.get("n_seeds")})
-    if seeds and seeds[0] >= 2:
-        return (f"where the paired test over {'/'.join(map(str, seeds))} seeds and the documents finds the methods "
-                "differ (Holm-corrected over the test split's comparisons)")
-    return ("where the paired test finds that these one-seed checkpoints differ (Holm-corrected over the test "
-            "split's comparisons; one trained seed per method, so not yet a claim about the methods)")
-
-
-def _seed_spread(rows: list[dict[str, str]], metric: str) -> str:
-    """The median seed SD beside the median document SD of a metric's multi-seed test cells ('' if none)."""
-    import statistics
-
-    cells = [r for r in rows if r["split"] == "test" and r["metric"] == metric and r.get("seed_sd")]
-    if not cells:
-        return ""
-    seed = statistics.median(float(r["seed_sd"]) for r in cells)
-    doc = statistics.median(float(r["doc_sd"]) for r in cells)
-    return (f" Across seeds a cell's {LABELS[metric]} moves by a median SD of {seed:.2f} points, against a "
-            f"document SD of {doc:.1f} ({len(cells)} test cells): a mean over 64 documents has a document "
-            f"standard error of {doc / 8:.2f}, so one seed's shift is {'larger' if seed > doc / 8 else 'smaller'}.")
-
-
 def render_table1_reading() -> str:
     """Past the first window, on the held-out test ledgers: each method's R-1 and Parts against truncation's,
     with the table's paired tests deciding the words (a difference without its mark is not called one)."""
@@ -214,8 +194,8 @@ def render_table1_reading() -> str:
     held = " and ".join(_fmt(_value(rows, "test", CEILING, ds, "fact_recall")) + "%" for ds in long_cols)
     n = sorted({r["n_docs"] for r in rows if r["split"] == "test" and r["dataset"] in long_cols and r.get("n_docs")})
     return (f"Held-out test ledgers ({'/'.join(n)} per column), the {names} columns, where truncation's window "
-            f"holds {held} of the events: R-1 / Parts minus truncation's, `{MARK}` {_what_marks_mean(rows)}."
-            f"{_seed_spread(rows, 'rouge1')} Higher on both scores and both columns: "
+            f"holds {held} of the events: R-1 / Parts minus truncation's, `{MARK}` {mark_meaning(rows)}."
+            f"{seed_spread(rows, 'rouge1', LABELS['rouge1'])} Higher on both scores and both columns: "
             f"{'; '.join(groups['higher']) or 'none'}. Lower on all four: {'; '.join(groups['lower']) or 'none'}. "
             f"Neither (some difference not shown, or mixed): {'; '.join(groups['mixed']) or 'none'}.")
 
@@ -248,7 +228,7 @@ def render_table_qa_reading() -> str:
         for verdict, names in groups.items())
     return (f"Held-out test questions ({'/'.join(n)}): truncation answers {_fmt(trunc[0]['ours'])} EM / "
             f"{_fmt(trunc[1]['ours'])} F1. Each method minus truncation, with the paired 95% interval, `{MARK}` "
-            f"{_what_marks_mean(rows)}; an interval that misses zero without its mark did not survive the "
+            f"{mark_meaning(rows)}; an interval that misses zero without its mark did not survive the "
             f"correction. {found}")
 
 
@@ -369,18 +349,6 @@ def render_page(text: str, page: str) -> str:
     return BLOCK.sub(one, text)
 
 
-def recheck_archives() -> list[str]:
-    """Every table with archived scores (results/tiny/scores/<artifact>/): its CSV's statistics recomputed."""
-    from scaleformer.artifacts.grid import load_spec
-    from scaleformer.artifacts.scores_archive import recheck
-
-    problems = []
-    for folder in sorted((ROOT / "results" / "tiny" / "scores").glob("*")):
-        spec = load_spec(ROOT / "experiments" / f"{folder.name}.yaml")
-        problems += recheck(spec, ROOT / "results" / "tiny" / f"{folder.name}.csv", folder)
-    return problems
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="report blocks that differ from their files, and "
@@ -393,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         from scaleformer.artifacts.restate import restate
 
         restate(load_spec(ROOT / "experiments" / f"{args.restate}.yaml"), "tiny", ROOT / "results" / "tiny")
-    if args.check and (problems := recheck_archives()):
+    if args.check and (problems := recheck_all(RESULTS / "tiny")):
         print("error: statistics differ from the archived per-document scores:\n  " + "\n  ".join(problems),
               file=sys.stderr)
         return 1

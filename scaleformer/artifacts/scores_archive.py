@@ -105,3 +105,14 @@ def recheck(spec: dict[str, Any], csv_path: Path, scores_dir: Path) -> list[str]
                 problems.append(f"{csv_path.name}: {old['split']} {old['method']} {old['dataset']} {old['metric']}: "
                                 f"{k} is {old.get(k)!r} in the CSV, {new.get(k)!r} from the archived scores")
     return problems
+
+
+def recheck_all(tables: Path) -> list[str]:
+    """Every table under ``tables`` with archived scores (``scores/<artifact>/``), rechecked."""
+    from scaleformer.artifacts.grid import load_spec
+    from scaleformer.resources import experiments_dir
+
+    problems = []
+    for folder in sorted((tables / "scores").glob("*")):
+        problems += recheck(load_spec(experiments_dir() / f"{folder.name}.yaml"), tables / f"{folder.name}.csv", folder)
+    return problems

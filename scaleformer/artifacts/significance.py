@@ -201,3 +201,29 @@ def caption(baseline: str | None, label: str, seeds: Sequence[Any], family: str 
                  f"{family} split's comparisons, p < {ALPHA}; other splits are for choosing and get no mark); "
                  "no mark: no difference shown.")
     return text
+
+
+# ---- words for the pages that quote a table's CSV (scripts/render_results.py)
+
+def mark_meaning(rows: list[dict[str, str]]) -> str:
+    """What a mark claims, from the seeds the table's cells rest on."""
+    seeds = sorted({int(r["n_seeds"]) for r in rows if r["split"] == "test" and r.get("n_seeds")})
+    if seeds and seeds[0] >= 2:
+        return (f"where the paired test over {'/'.join(map(str, seeds))} seeds and the documents finds the methods "
+                "differ (Holm-corrected over the test split's comparisons)")
+    return ("where the paired test finds that these one-seed checkpoints differ (Holm-corrected over the test "
+            "split's comparisons; one trained seed per method, so not yet a claim about the methods)")
+
+
+def seed_spread(rows: list[dict[str, str]], metric: str, label: str) -> str:
+    """The median seed SD beside the median document SD of a metric's multi-seed test cells ('' if none)."""
+    import statistics
+
+    cells = [r for r in rows if r["split"] == "test" and r["metric"] == metric and r.get("seed_sd")]
+    if not cells:
+        return ""
+    seed = statistics.median(float(r["seed_sd"]) for r in cells)
+    doc = statistics.median(float(r["doc_sd"]) for r in cells)
+    return (f" Across seeds a cell's {label} moves by a median SD of {seed:.2f} points, against a "
+            f"document SD of {doc:.1f} ({len(cells)} test cells): a mean over 64 documents has a document "
+            f"standard error of {doc / 8:.2f}, so one seed's shift is {'larger' if seed > doc / 8 else 'smaller'}.")
