@@ -111,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--num-beams", type=int, help="beam count (default: the exported setting)")
     ap.add_argument("--max-new-tokens", type=int, help="summary length cap (default: the exported setting)")
     ap.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    ap.add_argument("--batch-size", type=int, help="documents decoded together (default: what the memory model "
+                    "says fits; a document's summary does not depend on it)")
     args = ap.parse_args(argv)
 
     quiet()
@@ -128,7 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _check_method(args.method)
     text = _read_text(src) if src.suffix == ".txt" else None
     ids, texts = _read_jsonl(src, args.field, args.id_field) if text is None else ([], [])
-    for flag, v in (("--num-beams", args.num_beams), ("--max-new-tokens", args.max_new_tokens)):
+    for flag, v in (("--num-beams", args.num_beams), ("--max-new-tokens", args.max_new_tokens),
+                    ("--batch-size", args.batch_size)):
         if v is not None and v < 1:  # given means used or refused, never silently dropped
             raise SystemExit(f"error: {flag}={v}: must be >= 1")
     gen = {k: v for k, v in (("num_beams", args.num_beams), ("max_new_tokens", args.max_new_tokens))
@@ -139,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         summarizer = Summarizer.from_pretrained(args.model, method=args.method, overrides=overrides,
-                                                device=args.device, **gen)
+                                                device=args.device, batch_size=args.batch_size, **gen)
     except (FileNotFoundError, ValueError, ConfigError, HubUnreachableError) as e:
         raise SystemExit(f"error: {redact(str(e).splitlines()[0])}") from None
     if text is not None:

@@ -13,14 +13,14 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, SequentialSampler
 
 from scaleformer.config import DataConfig
 from scaleformer.data import cache
 from scaleformer.data.encode import encode
 from scaleformer.data.errors import DataError
 from scaleformer.data.examples import Example, build_examples, to_rows
-from scaleformer.data.sampler import ResumableSampler
+from scaleformer.data.sampler import LengthSortedSampler, ResumableSampler
 from scaleformer.data.sources import ROLES, configured_roles, make_source, split_name
 from scaleformer.model.tokenizer import special_token_ids, tokenizer_fingerprint
 
@@ -75,6 +75,9 @@ class SummarizationDataModule(pl.LightningDataModule):
             raise DataError(f"tokenizer {tokenizer.name_or_path!r} has no pad token; set one before "
                             "building the data module")
         self.pad_id = int(pad)
+        # Documents per evaluation batch: data.eval_batch_size, or (null) 1 until the run sizes it from the
+        # memory model (scaleformer.runs.memory.resolve_eval_batch).
+        self.eval_batch_size: int = cfg.eval_batch_size or 1
         n_special = len(self.prefix_special) + len(self.suffix_special)
         for key, value in (("data.max_input_tokens", cfg.max_input_tokens),
                            ("data.max_target_tokens", cfg.max_target_tokens)):
@@ -179,17 +182,26 @@ class SummarizationDataModule(pl.LightningDataModule):
         """Per split: counts (rows, examples, ids, references, skipped empty), token lengths, truncation."""
         return {r: dict(self._summary[r]) for r in ROLES if r in self._summary}
 
-    def dataloader(self, split: str) -> DataLoader:
-        """Loader for one role; train is shuffled from the seed (resumably), evaluation keeps file order."""
+    def dataloader(self, split: str, first: int | None = None) -> DataLoader:
+        """Loader for one role; train is shuffled from the seed (resumably), evaluation batches
+        :attr:`eval_batch_size` documents longest first (one at a time: file order); ``first``: evaluate
+        only the split's first documents (validation during training)."""
         split_name(self.cfg, split)
         self._ensure([split])
         train = split == "train"
         if self.cfg.num_workers > 0:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # quiet the fork warning
-        sampler = ResumableSampler(len(self.datasets[split]), self.seed) if train else None
+        size = self.cfg.batch_size if train else self.eval_batch_size
+        if train:
+            sampler: Any = ResumableSampler(len(self.datasets[split]), self.seed)
+        else:  # several documents a batch: of similar lengths, longest first (rows go back in file order by id)
+            offsets = self.datasets[split].arrays.get("input_offsets")
+            lengths = np.diff(offsets).tolist() if offsets is not None else [0] * len(self.datasets[split])
+            lengths = lengths if first is None else lengths[:first]  # ``first``: only the split's first documents
+            sampler = LengthSortedSampler(lengths) if size > 1 else None if first is None else SequentialSampler(lengths)
         return DataLoader(
             self.datasets[split],
-            batch_size=self.cfg.batch_size if train else self.cfg.eval_batch_size,
+            batch_size=size,
             sampler=sampler,
             # Workers' base seeds come from this generator, not the global RNG that dropout uses.
             generator=torch.Generator() if train else None,

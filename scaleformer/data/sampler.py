@@ -56,3 +56,29 @@ class ResumableSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return self.n
+
+
+def length_sorted_batches(lengths: list[int] | tuple[int, ...], size: int) -> list[list[int]]:
+    """Indices in batches of ``size`` documents of similar length, longest first.
+
+    Why: a batch decodes as long as its longest document is padded to, so documents of one length batch
+    with little padding; the longest batch comes first, so a batch that does not fit fails at once,
+    not at the end of a split. Ties keep file order (a stable sort), so the batches are a function of
+    the lengths alone.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[i:i + size] for i in range(0, len(order), size)]
+
+
+class LengthSortedSampler(Sampler[int]):
+    """An evaluation split's documents longest first (:func:`length_sorted_batches`' order), for a loader
+    that batches several: predictions are put back in file order by id afterwards."""
+
+    def __init__(self, lengths: list[int] | tuple[int, ...]) -> None:
+        self.order = [i for b in length_sorted_batches(lengths, 1) for i in b]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)

@@ -35,11 +35,13 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from scaleformer.compose import compose_config
 from scaleformer.config import BackboneConfig, GenerationConfig
 from scaleformer.data.encode import truncate_ids
+from scaleformer.data.sampler import length_sorted_batches
 from scaleformer.export.folder import META_FILE, METHOD_STATE, read_meta
 from scaleformer.export.hub import locate, push_to_hub
 from scaleformer.methods import build_method, method_config
 from scaleformer.model.autoreg import register
 from scaleformer.model.backbone import backbone_spec
+from scaleformer.model.batching import auto_batch
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
 from scaleformer.model.hf_config import ScaleformerConfig
 from scaleformer.model.wrapping import wrap
@@ -67,6 +69,8 @@ class Summarizer:
         self.max_input_tokens = max_input_tokens
         self.folder = folder
         self.record = record or {}  # the exported method record (scaleformer.json)
+        # Documents decoded together (None: from the memory model); a document's summary does not depend on it.
+        self.batch_size: int | None = None
 
     @property
     def trained_steps(self) -> int | None:
@@ -76,10 +80,12 @@ class Summarizer:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, method: str | None = None, overrides: dict[str, Any] | None = None,
-                        device: str | None = None, revision: str | None = None, **generation: Any) -> Summarizer:
+                        device: str | None = None, revision: str | None = None, batch_size: int | None = None,
+                        **generation: Any) -> Summarizer:
         """Load ``path``: a model folder (an export, a ``save_pretrained`` folder) or a Hub id
         (``org/name``, offline: from the local cache, else one clear error); ``method``/``overrides``
-        change the method, ``generation`` keywords the decoding (e.g. ``num_beams=1``)."""
+        change the method, ``generation`` keywords the decoding (e.g. ``num_beams=1``); ``batch_size``: documents
+        decoded together (None: from the memory model)."""
         path = locate(path, revision)
         folder = Path(path)
         meta = read_meta(folder) if (folder / META_FILE).is_file() else None  # the record is optional
@@ -114,6 +120,9 @@ class Summarizer:
         meta = meta or {}
         out = cls(model, tokenizer, gen, meta.get("max_input_tokens"), folder, meta)
         out.model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size={batch_size!r}: must be an integer >= 1 (None: from the memory model)")
+        out.batch_size = batch_size
         return out
 
     def push_to_hub(self, repo_id: str, **kwargs: Any) -> str:
@@ -126,31 +135,54 @@ class Summarizer:
         return self.summarize(list(text))
 
     def summarize(self, texts: list[str], progress: bool = False) -> list[str]:
-        """One summary per document, one document at a time (long inputs are the point). ``progress``: a bar
-        on a terminal's stderr, else a plain line about every tenth of the documents."""
+        """One summary per document, in order. Documents of similar length are decoded together,
+        :attr:`batch_size` at a time (None: as many as the memory model says fit, ``scaleformer.model.batching``);
+        a document's summary does not depend on its batch. ``progress``: a bar on a terminal's stderr, else a
+        plain line about every tenth of the documents."""
         import sys
 
+        for i, text in enumerate(texts):  # before any model work
+            if not text.strip():
+                raise ValueError(f"cannot summarize an empty document (document {i + 1} of {len(texts)})")
+        docs = [self.token_ids(t) for t in texts]
         bar = progress and is_terminal(sys.stderr)
         lines = Lines("summarize", len(texts), "doc", write=lambda line: print(line, file=sys.stderr, flush=True)) \
             if progress and not bar and len(texts) > 1 else None
-        out = []
-        for text in tqdm(texts, desc="summarize", unit="doc", disable=not bar):
-            out.append(self._one(text))
-            if lines is not None:
-                lines.update(len(out))
+        out: list[str] = [""] * len(docs)
+        done = 0
+        with tqdm(total=len(docs), desc="summarize", unit="doc", disable=not bar) as tq:
+            for idx in length_sorted_batches([len(d) for d in docs], self._batch_size(docs)):
+                for i, summary in zip(idx, self._batch([docs[i] for i in idx])):
+                    out[i] = summary
+                done += len(idx)
+                tq.update(len(idx))
+                if lines is not None:
+                    lines.update(done)
         return out
+
+    def _batch_size(self, docs: list[list[int]]) -> int:
+        if self.batch_size is not None or not docs:
+            return self.batch_size or 1
+        p = next(self.model.parameters())
+        g = self.generation
+        return auto_batch(self.model.backbone, self.method, max(len(d) for d in docs), g.num_beams,
+                          g.max_new_tokens, p.device, p.element_size())[0]
+
+    def _batch(self, docs: list[list[int]]) -> list[str]:
+        """Summaries of documents decoded together (right-padded; ``[batch, N]``)."""
+        device = next(self.model.parameters()).device
+        ids = torch.full((len(docs), max(len(d) for d in docs)), self.method.spec.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, d in enumerate(docs):
+            ids[row, :len(d)] = torch.tensor(d, dtype=torch.long)
+            mask[row, :len(d)] = 1
+        return [s.strip() for s in summaries(self.model, self.tokenizer, self.generation, ids.to(device), mask.to(device))]
 
     def token_ids(self, text: str) -> list[int]:
         """The document as the run tokenized its data: special tokens around it, literals such as HTML's
         ``<s>`` inside it kept as text, cut to the run's input cap."""
         ids = self.tokenizer(text, add_special_tokens=True, split_special_tokens=True, verbose=False)["input_ids"]
         return truncate_ids(list(ids), self.max_input_tokens, self.method.spec.suffix_ids)[0]
-
-    def _one(self, text: str) -> str:
-        if not text.strip():
-            raise ValueError("cannot summarize an empty document")
-        input_ids = torch.tensor([self.token_ids(text)], device=next(self.model.parameters()).device)  # [1, N]
-        return summaries(self.model, self.tokenizer, self.generation, input_ids, torch.ones_like(input_ids))[0].strip()
 
 
 def _method_config(exported: dict[str, Any], option: str | None, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 # Headroom over the count: what a real step needed beyond it. The tiny reader's SLED step on 4.6k tokens
 # (fp32, 2 CPU cores) grew the process's peak by 258 MB where the terms below count 178 MB (1.45x:
 # the allocator, backward's transient buffers, what the count leaves out); 2x covers that with room.
@@ -64,3 +66,37 @@ def training_bytes(shape: Shape, rows: int, width: int, kept: int, targets: int,
     decoder = shape.decoder_layers * (layer_bytes(targets, targets, shape) + cross)
     logits = 2 * targets * shape.vocab * 4
     return MARGIN * (state + encoder + decoder + logits)
+
+
+def generation_bytes(shape: Shape, rows: int, width: int, kept: int, beams: int, new_tokens: int,
+                     param_bytes: int) -> tuple[float, float]:
+    """(fixed, per document) peak bytes of decoding documents together, with :data:`MARGIN` on both.
+
+    Fixed: the weights. Per document: one encoder layer's activations over its chunk rows (no gradients:
+    layers free theirs as the next one runs), the ``kept`` states and every decoder layer's
+    cross-attention keys/values over them (once per document, shared by its beams:
+    :mod:`scaleformer.ops.decoding`), the beams' self-attention cache at ``new_tokens``, and the logits of
+    a step (``beams x vocabulary`` at 32 bits, a few copies: scores, log-softmax, top-k).
+    """
+    act = shape.act_bytes
+    encoder = layer_bytes(rows * width, width, shape)
+    states = kept * shape.d_model * act
+    cross = shape.decoder_layers * 2 * kept * shape.d_model * act
+    self_cache = shape.decoder_layers * 2 * beams * new_tokens * shape.d_model * act
+    logits = 3 * beams * shape.vocab * 4
+    return MARGIN * shape.params * param_bytes, MARGIN * (encoder + states + cross + self_cache + logits)
+
+
+def device_bytes(device: torch.device) -> int | None:
+    """What a step may fill: a GPU's total memory, or the memory a CPU process has available now."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return int(torch.cuda.mem_get_info(index)[1])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

@@ -7,30 +7,16 @@ must. The decision and its numbers go to the run's log.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from scaleformer.bench.measure import compute_dtype
+from scaleformer.model.batching import auto_batch
 from scaleformer.ops import compat
-from scaleformer.ops.memory import FUSED_ATTENTION, Shape, training_bytes
+from scaleformer.ops.memory import FUSED_ATTENTION, Shape, device_bytes, training_bytes
 
 log = logging.getLogger("scaleformer")
-
-
-def device_bytes(device: torch.device) -> int | None:
-    """What a step may fill: a GPU's total memory, or the memory a CPU process has available now."""
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return int(torch.cuda.mem_get_info(index)[1])
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def step_shape(model: torch.nn.Module, precision: str) -> Shape:
@@ -68,3 +54,19 @@ def resolve_checkpointing(method: Any, model: torch.nn.Module, precision: str, d
         return
     method.cfg.checkpoint_chunks, why = choose_checkpointing(method, model, precision, device, longest, targets)
     log.info("%s", why)
+
+
+def resolve_eval_batch(dm: Any, module: Any, precision: str, device: torch.device) -> int:
+    """Set the data module's documents per evaluation batch: ``data.eval_batch_size``, or (null) what the
+    memory model says fits this device for the longest evaluated document (scaleformer.model.batching)."""
+    if dm.cfg.eval_batch_size is not None:
+        dm.eval_batch_size = int(dm.cfg.eval_batch_size)
+        return dm.eval_batch_size
+    longest = max((dm.longest(s) for s in ("validation", "test") if s in dm.datasets), default=0)
+    if longest == 0:
+        return dm.eval_batch_size
+    g = module.gen_cfg
+    dm.eval_batch_size, why = auto_batch(module.model.backbone, module.method, longest, g.num_beams,
+                                         g.max_new_tokens, device, compute_dtype(precision).itemsize)
+    log.info("%s", why)
+    return dm.eval_batch_size

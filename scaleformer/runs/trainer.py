@@ -44,6 +44,18 @@ def precision(p: str) -> str:
     return "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "32-true"
 
 
+def validation_docs(limit: Any, n: int) -> int:
+    """Documents validated during training: the first ``trainer.limit_val_batches`` of the split (an int),
+    or that share of it (a float), in file order. It counted batches of one document before evaluation
+    batched several; counting documents keeps the paper profile's 100 and the same documents whatever the
+    batch size (documents are batched longest first, so a count of batches would pick the longest)."""
+    if isinstance(limit, bool) or not isinstance(limit, int | float):
+        raise ConfigError(f"trainer.limit_val_batches={limit!r}: must be a number of documents or a share in [0, 1]")
+    if isinstance(limit, float) and limit <= 1.0:
+        return 0 if limit <= 0 else max(1, int(n * limit))
+    return max(0, min(int(limit), n))
+
+
 def build_trainer(ctx: RunContext, loggers: list[Any], callbacks: list[Any]) -> pl.Trainer:
     """A Lightning Trainer from the trainer group; checkpoints written atomically, loaded weights-only."""
     t = ctx.cfg.trainer
@@ -57,7 +69,9 @@ def build_trainer(ctx: RunContext, loggers: list[Any], callbacks: list[Any]) -> 
             max_steps=t.max_steps, max_epochs=t.max_epochs, accelerator=t.accelerator, devices=t.devices,
             precision=precision(t.precision), gradient_clip_val=t.gradient_clip_val,
             accumulate_grad_batches=t.accumulate_grad_batches, val_check_interval=t.val_check_interval,
-            check_val_every_n_epoch=t.check_val_every_n_epoch, limit_val_batches=t.limit_val_batches,
+            check_val_every_n_epoch=t.check_val_every_n_epoch,
+            # the documents are chosen by the data module (validation_docs): Lightning validates them all
+            limit_val_batches=0 if t.limit_val_batches in (0, 0.0) else 1.0,
             num_sanity_val_steps=0, log_every_n_steps=t.log_every_n_steps,
             enable_progress_bar=t.enable_progress_bar, enable_model_summary=False, logger=loggers or False,
             callbacks=callbacks, enable_checkpointing=ctx.checkpoint_dir is not None,

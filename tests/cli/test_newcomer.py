@@ -72,9 +72,10 @@ def test_summarize_progress_in_a_log_is_plain_lines(debug_model, tmp_path):
                    for i in range(20))
     (tmp_path / "docs.jsonl").write_text(rows)
     proc = _cli("summarize", "--model", str(debug_model), "--input", str(tmp_path / "docs.jsonl"),
-                "--max-new-tokens", "4", "--num-beams", "1")
+                "--max-new-tokens", "4", "--num-beams", "1", "--batch-size", "2")
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("summarize: doc ")]
+    # a line about every tenth of the documents, counted as batches finish (2 documents each here)
     assert len(lines) == 10 and lines[-1].startswith("summarize: doc 20/20 (100%)"), proc.stderr
     assert "\r" not in proc.stderr
 
