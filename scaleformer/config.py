@@ -117,7 +117,9 @@ class DataConfig:
     # summary: the ledger's events as the reference; qa: a question about one event (its count).
     synthetic_task: str = "summary"
     batch_size: int = 1
-    eval_batch_size: int = runtime(1)
+    # Documents decoded together at evaluation, longest first (null: as many as the memory model says fit
+    # the device, scaleformer.model.batching). A document's tokens do not depend on it (tested).
+    eval_batch_size: int | None = runtime(None)
     num_workers: int = runtime(0)
     cache_dir: str = runtime(".cache/scaleformer")
 
@@ -139,7 +141,7 @@ class DataConfig:
         _positive("data.max_eval_examples", self.max_eval_examples, allow_none=True)
         _positive("data.synthetic_words", self.synthetic_words)
         _positive("data.batch_size", self.batch_size)
-        _positive("data.eval_batch_size", self.eval_batch_size)
+        _positive("data.eval_batch_size", self.eval_batch_size, allow_none=True)
         check(self.num_workers >= 0, "data.num_workers", self.num_workers, "must be >= 0")
         for split, n in self.synthetic_docs.items():
             check(n >= 0, f"data.synthetic_docs.{split}", n, "must be >= 0")
@@ -169,8 +171,16 @@ class GenerationConfig:
     min_new_tokens: int = 0
     length_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
+    # The decoder's self-attention keys/values in one buffer sized for the whole decode, written in place
+    # (transformers' StaticCache; scaleformer/ops/static_decoding.py): the same tokens as the dynamic cache.
+    static_cache: bool = runtime(False)
+    # With static_cache, on a GPU: let transformers compile the decoding step (torch.compile
+    # "reduce-overhead", a CUDA graph). Off: the static cache runs eager; a CPU always runs eager.
+    compile: bool = runtime(False)
 
     def __post_init__(self) -> None:
+        check(self.static_cache or not self.compile, "generation.compile", self.compile,
+              "needs generation.static_cache=true (transformers compiles only a static cache's step)")
         _positive("generation.num_beams", self.num_beams)
         _positive("generation.max_new_tokens", self.max_new_tokens)
         check(0 <= self.min_new_tokens <= self.max_new_tokens, "generation.min_new_tokens",
@@ -251,6 +261,12 @@ class TrainerConfig:
     ckpt_path: str | None = runtime("last")
     # A checkpoint every N optimiser steps, and always one at the end of training.
     checkpoint_every_n_steps: int = runtime(500)
+    # What validation during fit computes (docs/reproducing.md): "paper", the paper's protocol (the test-time
+    # decoding, val/rougeL ...); not the paper's: "greedy" (1 beam, at most validation_max_new_tokens new
+    # tokens) and "loss" (val/loss, teacher-forced, nothing generated). eval_splits are evaluated the same.
+    validation: str = "paper"
+    validation_max_new_tokens: int = 128  # "greedy" only
+    VALIDATIONS: ClassVar[tuple[str, ...]] = ("paper", "greedy", "loss")
     # Lightning Trainer arguments this schema does not name, passed through unchanged.
     extra: dict[str, Any] = field(default_factory=dict)
     # Of those, the ones that change neither the weights nor the run's name (out of the training identity).
@@ -277,6 +293,9 @@ class TrainerConfig:
         check(self.precision in PRECISIONS, "trainer.precision", self.precision, f"must be one of {', '.join(PRECISIONS)}")
         for s in self.eval_splits:
             check(s in ("validation", "test"), "trainer.eval_splits", s, "entries must be validation or test")
+        check(self.validation in self.VALIDATIONS, "trainer.validation", self.validation,
+              f"must be one of {', '.join(self.VALIDATIONS)} (paper: the paper's protocol)")
+        _positive("trainer.validation_max_new_tokens", self.validation_max_new_tokens)
 
 
 @dataclass

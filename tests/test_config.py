@@ -140,6 +140,29 @@ def test_training_length_and_evaluation_settings_keep_the_run_folder():
     assert eval_dir(a, 10) != eval_dir(b, 10)
 
 
+def test_validation_takes_one_of_its_modes_with_one_line_naming_the_value_and_the_allowed_ones():
+    with pytest.raises(ConfigError) as e:
+        to_config(compose(["trainer.validation=beam"]))
+    assert str(e.value) == ("trainer.validation='beam': must be one of paper, greedy, loss "
+                            "(paper: the paper's protocol)")
+    with pytest.raises(ConfigError, match=r"^trainer\.validation_max_new_tokens=0: must be > 0$"):
+        to_config(compose(["trainer.validation=greedy", "++trainer.validation_max_new_tokens=0"]))
+    assert to_config(compose(["trainer=paper"])).trainer.validation == "paper"  # the paper's protocol by default
+
+
+def test_validation_that_is_not_the_papers_joins_the_training_identity():
+    """The paper's protocol stays out of the run's name (earlier runs keep theirs); loss and greedy change what
+    validation measures, and greedy's cap counts only where greedy reads it."""
+    paper = to_config(compose([]))
+    assert "validation" not in paper.training_identity["trainer"]
+    assert "validation_max_new_tokens" not in paper.training_identity["trainer"]
+    loss = to_config(compose(["trainer.validation=loss", "++trainer.validation_max_new_tokens=7"]))
+    assert loss.paths.run_id == to_config(compose(["trainer.validation=loss"])).paths.run_id != paper.paths.run_id
+    greedy = [to_config(compose(["trainer.validation=greedy", f"++trainer.validation_max_new_tokens={n}"]))
+              for n in (16, 32)]
+    assert len({paper.paths.run_id, loss.paths.run_id, *(g.paths.run_id for g in greedy)}) == 4
+
+
 def test_unknown_method_key_is_rejected():
     with pytest.raises(ConfigError, match="method.no_such_key"):
         to_config(compose(["method=truncation", "+method.no_such_key=1"]))

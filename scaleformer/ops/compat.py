@@ -16,7 +16,8 @@ Every place the project touches a dependency's internals (all behind this module
 - transformers: ``BartAttention`` / ``T5Attention`` forward, subclassed by the beam-shared classes
   (``decoding``, speed-only) and the retrieval layers (``retrieval``, required by unlimiformer and
   memorizing), calls bound by name, classes swapped in place; the ``EncoderDecoderCache`` /
-  ``DynamicCache`` layout, ``generate``'s cache keyword (:func:`cache_kwarg`, :func:`dynamic_cache`);
+  ``DynamicCache`` layout, ``generate``'s cache keyword (:func:`cache_kwarg`, :func:`dynamic_cache`),
+  ``StaticCache(config, max_cache_len)`` (:func:`static_cache`, ``static_decoding``, speed-only);
   ``ALL_ATTENTION_FUNCTIONS``, ``AttentionInterface``, BART/T5 ``eager_attention_forward``
   (:func:`attention_function`, :func:`register_attention`), ``config._attn_implementation``
   (:func:`attn_impl`); ``BartEncoderLayer`` / ``T5Block`` calls and submodules: the kept-positions
@@ -100,6 +101,7 @@ T5Block = stock_class(_T5, "T5Block")
 T5Stack = stock_class(_T5, "T5Stack")
 DynamicCache = stock_class("transformers.cache_utils", "DynamicCache")
 EncoderDecoderCache = stock_class("transformers.cache_utils", "EncoderDecoderCache")
+StaticCache = stock_class("transformers.cache_utils", "StaticCache")
 BART_EAGER = stock(_BART, "eager_attention_forward")
 T5_EAGER = stock(_T5, "eager_attention_forward")
 
@@ -126,6 +128,17 @@ def dynamic_cache(config: Any = None) -> Any:
     if config is not None and "config" in (parameters(DynamicCache.__init__) or {}):
         return DynamicCache(config=config)
     return DynamicCache()
+
+
+def static_cache(config: Any, max_cache_len: int) -> Any:
+    """An empty ``StaticCache`` of ``max_cache_len`` positions per layer for ``config``'s decoder (lazily
+    allocated at its first update, so any batch), or None where the release has none that is sized so."""
+    if isinstance(StaticCache, type) and issubclass(StaticCache, Missing):
+        return None
+    names = call_names(StaticCache.__init__, ("config", "max_cache_len"))
+    if names is None:
+        return None
+    return StaticCache(**{names["config"]: config, names["max_cache_len"]: max_cache_len})
 
 
 def attention_function(impl: str | None, eager: Callable | None) -> Callable:

@@ -25,7 +25,8 @@ The token sequences equal the stock path's (tested for BART and T5, greedy and b
 batches and every method); logits may differ in the last float bits (other matmul shapes).
 Architectures other than BART/T5, flex attention, and a transformers release whose attention
 signatures or cache layout the seam (:mod:`scaleformer.ops.compat`) does not recognise fall back to the
-stock path (the last says so once).
+stock path (the last says so once). ``generation.static_cache`` (``cache_implementation="static"``) makes the
+self-attention part of the cache static (:mod:`scaleformer.ops.static_decoding`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from torch import nn
 from transformers.modeling_outputs import BaseModelOutput
 
 from scaleformer.config import generation_kwargs
-from scaleformer.ops import compat
+from scaleformer.ops import compat, static_decoding
 from scaleformer.ops.compat import (
     BART_ROLES,
     T5_ROLES,
@@ -225,12 +226,16 @@ def _project(module: nn.Module, states: torch.Tensor) -> tuple[torch.Tensor, tor
     return k_proj(states).view(shape).transpose(1, 2), v_proj(states).view(shape).transpose(1, 2)
 
 
-def cross_cache(model: nn.Module, modules: list[nn.Module], hidden: torch.Tensor) -> EncoderDecoderCache:
-    """An empty self-attention cache and every layer's per-document cross-attention keys/values."""
+def cross_cache(model: nn.Module, modules: list[nn.Module], hidden: torch.Tensor,
+                self_cache: Any = None) -> EncoderDecoderCache:
+    """An empty self-attention cache (``self_cache``, e.g. a static one, else a dynamic one) and every
+    layer's per-document cross-attention keys/values."""
     cross = SharedCrossCache()
     for m in modules:
         cross.update(*_project(m, hidden), m.layer_idx)
-    return EncoderDecoderCache(compat.dynamic_cache(model.config.get_text_config(decoder=True)), cross)
+    if self_cache is None:
+        self_cache = compat.dynamic_cache(model.config.get_text_config(decoder=True))
+    return EncoderDecoderCache(self_cache, cross)
 
 
 # Flags that only beam search reads, at the values that leave greedy search silent.
@@ -259,14 +264,20 @@ def generate(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, shar
 
     With ``shared`` (and a BART/T5 decoder), cross-attention keys/values are computed once per
     document and shared by its beams (see the module docstring); otherwise, and with
-    ``use_cache=False``, the stock path. Returns what ``model.generate`` returns for ``kwargs``.
+    ``use_cache=False``, the stock path. ``cache_implementation="static"`` (keyword or generation config)
+    makes the self-attention cache static (:mod:`scaleformer.ops.static_decoding`; on the shared path only,
+    else the dynamic cache, said once). Returns what ``model.generate`` returns for ``kwargs``.
     """
     kwargs = _greedy_without_beam_flags(kwargs)
+    static, kwargs = static_decoding.take_request(model, kwargs)
     mods = share_cross_attention(model) if shared and kwargs.get("use_cache", True) else None
     if mods is None:  # a fresh BaseModelOutput per call: beam search expands it in place
+        if static:
+            static_decoding.fallback("no beam-shared cross-attention here (another decoder, flex attention, "
+                                     "shared=False or use_cache=False)")
         return model.generate(encoder_outputs=BaseModelOutput(last_hidden_state=hidden), attention_mask=mask,
                               **kwargs)
-    cache = cross_cache(model, mods, hidden)
+    cache = cross_cache(model, mods, hidden, static_decoding.self_cache(model, kwargs) if static else None)
     width0 = hidden.new_empty(*hidden.shape[:2], 0)  # [batch, T, 0]: shapes for the masks, nothing to copy
     return model.generate(encoder_outputs=BaseModelOutput(last_hidden_state=width0), attention_mask=mask,
                           **{compat.cache_kwarg(model): cache}, **kwargs)
@@ -292,5 +303,5 @@ def summaries(model: Any, tokenizer: Any, g: Any, input_ids: torch.Tensor,
     :class:`~scaleformer.model.hf.ScaleformerForConditionalGeneration`): the one place training runs,
     evaluation and the Summarizer decode, so they decode alike."""
     out = model.generate(input_ids, attention_mask, prefix_ids=prefix_ids, prefix_mask=prefix_mask,
-                         **generation_kwargs(g))
+                         **generation_kwargs(g), **static_decoding.generation_kwargs(g))
     return tokenizer.batch_decode(out, skip_special_tokens=True, clean_up_tokenization_spaces=False)

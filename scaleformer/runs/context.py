@@ -9,6 +9,7 @@ checkpoint callback, found by its class).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scaleformer.config import Config, TrainerConfig, _key_hint
+from scaleformer.config import Config, GenerationConfig, TrainerConfig, _key_hint
 from scaleformer.errors import ConfigError, check
 from scaleformer.methods import method_config
 from scaleformer.runs import identity
@@ -56,6 +57,7 @@ def to_config(cfg: DictConfig, checked: tuple[Config, DictConfig] | None = None)
     rc = RunConfig(**{f.name: getattr(obj, f.name) for f in fields(Config)}, raw=resolved)
     rc.method, rc.trainer = method_config(resolved.method), trainer_config(resolved.trainer)
     rc.choices = dict(rc.choices)
+    check_monitors(rc.trainer.validation, rc.callbacks)
     return identity.fill_run_paths(rc, cfg)
 
 
@@ -79,6 +81,60 @@ def check_groups(cfg: DictConfig) -> tuple[Config, DictConfig]:
     for key, value in (("paths.root", obj.paths.root), ("paths.cache", obj.data.cache_dir)):
         check_path_length(key, str(value))
     return obj, resolved
+
+
+# What validation during fit logs under each trainer.validation, and which way is better: a monitored checkpoint
+# or early stopping (``monitor: val/...``) must name one of these, in the right ``mode``.
+VAL_SCORES = ("rouge1", "rouge2", "rougeL", "rougeLsum", "rouge_geomean", "task_score", "f1", "exact_match",
+              "fact_recall", "fact_field_recall")  # ValidationRouge's, higher is better
+
+
+def validation_monitor(validation: str) -> tuple[str, str]:
+    """The metric (and Lightning ``mode``) to choose checkpoints or stop early by under ``trainer.validation``."""
+    return ("val/loss", "min") if validation == "loss" else ("val/rougeL", "max")
+
+
+def check_monitors(validation: str, callbacks: dict[str, Any]) -> None:
+    """Every callback that monitors a ``val/`` metric names one this validation logs, in the right direction:
+    ``loss`` logs only ``val/loss`` (lower is better), ``paper`` and ``greedy`` ROUGE through ValidationRouge
+    (higher is better), never ``val/loss``."""
+    rouge = any(isinstance(n, dict) and str(n.get("_target_", "")).endswith(".ValidationRouge")
+                for n in callbacks.values())
+    for name, node in callbacks.items():
+        monitor = node.get("monitor") if isinstance(node, dict) else None
+        if not isinstance(monitor, str) or not monitor.startswith("val/"):
+            continue
+        metric, mode = monitor[len("val/"):], node.get("mode", "min")  # ModelCheckpoint's and EarlyStopping's default
+        if validation == "loss":
+            why = "" if metric == "loss" else (f"trainer.validation=loss logs only val/loss; {monitor} needs "
+                                               "trainer.validation=paper or greedy")
+        elif metric == "loss":
+            why = f"trainer.validation={validation} logs ROUGE (val/rougeL ...); val/loss needs trainer.validation=loss"
+        elif metric not in VAL_SCORES:
+            why = f"validation logs no such metric (ROUGE: {', '.join('val/' + k for k in VAL_SCORES)})"
+        else:
+            why = "" if rouge else "it is logged by callbacks.validation_rouge (ValidationRouge), which is null"
+        check(not why, f"callbacks.{name}.monitor", monitor, why)
+        want = "min" if metric == "loss" else "max"
+        check(mode == want, f"callbacks.{name}.mode", mode, f"must be {want} for {monitor} ("
+              + ("lower" if want == "min" else "higher") + " is better)")
+
+
+def validation_record(t: TrainerConfig) -> dict[str, Any]:
+    """What a run's record says of its validation during fit: the mode, whether it is the paper's protocol, what
+    it logs for a monitor, and greedy's token cap."""
+    monitor, mode = validation_monitor(t.validation)
+    return {"mode": t.validation, "paper_protocol": t.validation == TrainerConfig.validation, "monitor": monitor,
+            "monitor_mode": mode, "max_new_tokens": t.validation_max_new_tokens if t.validation == "greedy" else None}
+
+
+def validation_generation(gen: GenerationConfig, validation: str, max_new_tokens: int) -> GenerationConfig:
+    """The decoding of validation during fit: the test-time one under ``paper``; 1 beam and at most
+    ``max_new_tokens`` new tokens under ``greedy`` (the other settings as the test's)."""
+    if validation != "greedy":
+        return gen
+    cap = min(gen.max_new_tokens, max_new_tokens)
+    return dataclasses.replace(gen, num_beams=1, max_new_tokens=cap, min_new_tokens=min(gen.min_new_tokens, cap))
 
 
 # `_target_` prefixes the logger and callbacks groups may always instantiate.

@@ -3,7 +3,8 @@
 Two identities, so that a trained model is reused instead of retrained:
 
 - the **training identity** (backbone, with a shipped reader's recipe fingerprint, data, method,
-  optimisation, seed, and the trainer settings that change the numbers) names the run folder and so
+  optimisation, seed, and the trainer settings that change the numbers, ``trainer.validation`` among them
+  when it is not the paper's protocol: it changes what validation measures) names the run folder and so
   its checkpoints. The training length is not part of it: raising ``trainer.max_steps`` continues the
   same run from its newest checkpoint, and the checkpoints carry their step;
 - the **evaluation identity** (generation, metrics, the evaluated splits, a method's evaluation-only
@@ -31,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from scaleformer.config import (
     BackboneConfig,
     DataConfig,
+    GenerationConfig,
     OptimConfig,
     PathsConfig,
     TrainerConfig,
@@ -45,8 +47,11 @@ if TYPE_CHECKING:
 TRAINING_GROUPS = ("backbone", "data", "method", "optim", "trainer", "seed")
 # Settings added after runs existed: at their default they stay out of the identity, so the folders of
 # earlier runs keep their names (and resume) until a run sets them.
+# trainer.validation: what validation during fit measures (and so which checkpoint a monitor keeps); the
+# paper's protocol stays out, another joins, with its token cap when it is "greedy".
 ADDED_LATER: dict[str, dict[str, Any]] = {"backbone": {"config_file": None},
-                                          "data": {"synthetic_split_seeds": {}, "synthetic_words_spread": 0.0}}
+                                          "data": {"synthetic_split_seeds": {}, "synthetic_words_spread": 0.0},
+                                          "trainer": {"validation": TrainerConfig.validation}}
 
 
 def not_training() -> dict[str, tuple[str, ...]]:
@@ -78,6 +83,8 @@ def training_identity(rc: RunConfig) -> dict[str, Any]:
         ident[group] = {k: v for k, v in (ident[group] or {}).items() if k not in keys}
     for group, defaults in ADDED_LATER.items():
         ident[group] = {k: v for k, v in (ident[group] or {}).items() if k not in defaults or v != defaults[k]}
+    if ident["trainer"].get("validation") != "greedy":  # the cap of greedy validation, read by it alone
+        ident["trainer"].pop("validation_max_new_tokens", None)
     method_cfg = type(rc.method)
     drop = set(method_cfg.EVAL_KEYS) | set(method_cfg.RUNTIME_KEYS)
     ident["method"] = {k: v for k, v in ident["method"].items() if k not in drop}
@@ -91,10 +98,13 @@ def evaluation_identity(rc: RunConfig) -> dict[str, Any]:
     """The settings that determine predictions and scores given the weights."""
     d = _container(rc.raw)
     return {
-        "generation": d.get("generation"),
+        # Options that change the speed, not the tokens (tested): out, so evaluations keep their folders.
+        "generation": {k: v for k, v in (d.get("generation") or {}).items() if k not in runtime_fields(GenerationConfig)},
         "metrics": d.get("metrics"),
         "splits": list(rc.trainer.eval_splits),
-        "data": {k: d["data"].get(k) for k in ("max_eval_examples", "eval_batch_size")},
+        # A document's tokens do not depend on the batch it is decoded in (tested), so the batch size is
+        # recorded as 1, the value every evaluation had before batching: their folders keep their names.
+        "data": {"max_eval_examples": d["data"].get("max_eval_examples"), "eval_batch_size": 1},
         "method": {k: d["method"].get(k) for k in type(rc.method).EVAL_KEYS},
     }
 

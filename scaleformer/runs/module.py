@@ -13,7 +13,7 @@ import lightning.pytorch as pl
 import torch
 from transformers import PreTrainedModel, get_linear_schedule_with_warmup
 
-from scaleformer.config import GenerationConfig, OptimConfig
+from scaleformer.config import GenerationConfig, OptimConfig, TrainerConfig
 from scaleformer.errors import ConfigError
 from scaleformer.methods.base import Encoded, Method
 from scaleformer.model.backbone import build_model, prepare
@@ -21,7 +21,7 @@ from scaleformer.model.hf import ScaleformerForConditionalGeneration
 from scaleformer.ops import compat
 from scaleformer.ops.decoding import summaries
 from scaleformer.runs.checkpoints import META_KEY, upgrade_state
-from scaleformer.runs.context import to_config
+from scaleformer.runs.context import to_config, validation_generation
 
 log = logging.getLogger("scaleformer")
 # Devices with AdamW's fused kernel (torch >= 2.4): one pass over every parameter instead of a dozen
@@ -160,7 +160,19 @@ class SummarizationModule(pl.LightningModule):
         self.check_finite()
 
     def on_validation_start(self) -> None:
+        """What this validation computes (``trainer.validation`` of the run's config; a module built without one
+        validates as the paper does): ``greedy`` decodes with 1 beam and its token cap until it ends."""
         self.check_finite()
+        t = (self.hparams.get("run_config") or {}).get("trainer") or {}
+        mode = self.validation_mode = t.get("validation", TrainerConfig.validation)
+        if mode != TrainerConfig.validation and not getattr(self, "_said_validation", False):
+            self._said_validation = True
+            log.warning("trainer.validation=%s: validation during fit is not the paper's protocol (%s); "
+                        "the evaluation of trainer.eval_splits is unchanged", mode,
+                        "the teacher-forced loss only, val/loss" if mode == "loss" else "1 beam, capped new tokens")
+        if mode == "greedy":
+            self._test_gen_cfg, self.gen_cfg = self.gen_cfg, validation_generation(
+                self.gen_cfg, mode, t.get("validation_max_new_tokens", TrainerConfig.validation_max_new_tokens))
 
     # -------------------------------------------------------------------------------- generation
     @torch.no_grad()
@@ -178,10 +190,19 @@ class SummarizationModule(pl.LightningModule):
         ]
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        if getattr(self, "validation_mode", None) == "loss":  # teacher-forced, nothing generated
+            self.log("val/loss", self(batch), prog_bar=True, on_step=False, on_epoch=True, sync_dist=True,
+                     batch_size=batch["input_ids"].shape[0])  # every rank's mean: what a monitor compares
+            return
         self.val_outputs.extend(self._predict(batch))
 
     def on_validation_epoch_start(self) -> None:
         self.val_outputs = []
+
+    def on_validation_end(self) -> None:
+        test = getattr(self, "_test_gen_cfg", None)
+        if test is not None:  # greedy validation: the test-time decoding again
+            self.gen_cfg, self._test_gen_cfg = test, None
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> list[dict[str, Any]]:
         return self._predict(batch)

@@ -44,6 +44,10 @@ class Results:
     versions: dict[str, str] = field(default_factory=dict)
     patches: dict[str, str] = field(default_factory=dict)  # transformers patches: "on" or "off: why"
     cost: dict[str, Any] = field(default_factory=dict)  # trainer.measure_cost: per-step time and memory
+    # validation during fit: its mode, whether it is the paper's protocol, what it logs; and the documents
+    # decoded together at evaluation
+    validation: dict[str, Any] = field(default_factory=dict)
+    eval_batch_size: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -41,13 +41,13 @@ from scaleformer.resources import package_changes, package_commit
 from scaleformer.runs import checkpoints, identity, runtime
 from scaleformer.runs.callbacks import ExactResume, log_metrics
 from scaleformer.runs.console import count_parameters, log_to_file, quiet, summary_table
-from scaleformer.runs.context import RunConfig, RunContext, to_config
+from scaleformer.runs.context import RunConfig, RunContext, to_config, validation_record
 from scaleformer.runs.cost import CostProbe
 from scaleformer.runs.cost_schedule import settings
-from scaleformer.runs.memory import resolve_checkpointing
+from scaleformer.runs.memory import resolve_checkpointing, resolve_eval_batch
 from scaleformer.runs.module import SummarizationModule
 from scaleformer.runs.results import Results
-from scaleformer.runs.trainer import build_trainer, instantiate_all
+from scaleformer.runs.trainer import build_trainer, instantiate_all, validation_docs
 
 log = logging.getLogger("scaleformer")
 
@@ -132,6 +132,7 @@ class Parts:
 def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, Any]:
     parts = prepare(ctx, ckpt)
     module = build_module(ctx, parts)
+    resolve_eval_batch(parts.dm, module, str(parts.trainer.precision), parts.trainer.strategy.root_device)
     attempt.started = True
     step, train_time, trained = train_or_load(ctx, parts, module, ckpt)
     export = trained and ctx.cfg.trainer.export_model
@@ -154,7 +155,8 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
         train_time_s=round(train_time, 2), wall_time_s=round(time.time() - ctx.started, 2),
         versions={d: compat.installed(d) for d in ("torch", "transformers", "lightning")},
         patches=compat.report(), splits=splits,
-        cost=parts.cost.record(str(parts.trainer.precision)) if parts.cost else {})
+        cost=parts.cost.record(str(parts.trainer.precision)) if parts.cost else {},
+        validation=validation_record(ctx.cfg.trainer), eval_batch_size=parts.dm.eval_batch_size)
     out_dir = ctx.eval_dir(step)
     config_text = OmegaConf.to_yaml(OmegaConf.create(redact_all(OmegaConf.to_container(ctx.cfg.raw))))
     atomic_write_text(ctx.run_dir / "config.yaml", config_text)
@@ -239,7 +241,9 @@ def train_or_load(ctx: RunContext, parts: Parts, module: SummarizationModule, ck
         parts.cost.watch_loader(train_loader)
     resolve_checkpointing(parts.method, module.model.backbone, str(trainer.precision), trainer.strategy.root_device,
                           dm.longest("train"), dm.longest("train", "label"))
-    trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=dm.val_dataloader() if has_val else None,
+    val = dm.dataloader("validation", first=validation_docs(rc.trainer.limit_val_batches, len(dm.datasets["validation"]))
+                        ) if has_val else None
+    trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val,
                 ckpt_path=str(ckpt) if ckpt else None, **compat.fit_kwargs(trainer.fit, weights_only=True))
     return int(trainer.global_step), time.time() - t0, True
 

@@ -195,3 +195,31 @@ def test_inductor_compiled_encoder_keeps_the_training_loss_on_cuda(arch):
     (l0, g0), (l1, g1) = results
     assert abs(l1 - l0) <= 2e-2 * abs(l0)
     assert float((g1 - g0).norm() / g0.norm()) <= 5e-2
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+@pytest.mark.parametrize("arch", ["bart", "t5"])
+def test_static_cache_compiled_step_generates_the_eager_tokens_on_cuda(arch, beams, monkeypatch):
+    """generation.static_cache + generation.compile: transformers compiles greedy search's decoding step
+    (torch.compile "reduce-overhead": a CUDA graph; 5.24's beam search calls the model eagerly), and the
+    tokens equal the eager dynamic cache's, at the capture and at a replay with new documents' keys/values."""
+    from scaleformer.config import GenerationConfig
+    from scaleformer.ops import static_decoding
+
+    model, spec = tiny(arch)
+    method = build_method(method_config({"name": "sled", **dict(METHODS)["sled"]}), spec)
+    model = method.wrap(model).cuda()
+    compiled = []
+    real = type(model).get_compiled_call
+    monkeypatch.setattr(type(model), "get_compiled_call",
+                        lambda self, *a, **k: compiled.append(1) or real(self, *a, **k))
+    kw = static_decoding.generation_kwargs(GenerationConfig(static_cache=True, compile=True))
+    for seed in (0, 1):
+        ids, mask = batch(LENGTHS, spec, seed=seed)
+        with torch.no_grad():
+            enc = method.encode(model.get_encoder(), ids.cuda(), mask.cuda(), training=False)
+            want = shared(model, enc, **settings(beams))
+            got = shared(model, enc, **settings(beams), **kw)
+        assert torch.equal(got.sequences, want.sequences)
+        assert type(got.past_key_values.self_attention_cache).__name__ == "StaticCache"
+    assert bool(compiled) == (beams == 1)
