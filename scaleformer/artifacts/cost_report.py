@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from scaleformer.artifacts.cost_check import finite
+from scaleformer.artifacts.cost_validation import BASIS
 from scaleformer.artifacts.costs import (
     DEVICES_GB,
     H100_BF16_TFLOPS,
@@ -76,6 +77,36 @@ def steady_state_lines(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _validation(r: dict[str, Any]) -> str:
+    """A row's validation hours and their share of its total ("–": a table from before they were apart)."""
+    if "val_s" not in r:
+        return "–"
+    if r["val_s"] is None:
+        return "unknown"
+    return f"{r['val_s'] / 3600:,.1f} ({_pct(r.get('val_share'))})"
+
+
+def validation_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Validation during training over the table's runs: its hours, its share of the total, and its source."""
+    runs = [r for r in distinct(measured_rows(rows)) if "val_s" in r]
+    if not runs:
+        return []
+    known = [r for r in runs if r["val_s"] is not None and r.get("total_s")]
+    modes: dict[str, int] = {}
+    for r in runs:
+        mode = (r.get("plan") or {}).get("validation", "paper")
+        modes[mode] = modes.get(mode, 0) + 1
+    said = "; ".join(f"{m} in {n} run(s)" + ("" if m == "paper" else ", NOT the paper's protocol")
+                     for m, n in sorted(modes.items()))
+    val, total = sum(r["val_s"] for r in known), sum(r["total_s"] for r in known)
+    head = (f"Validation during training (trainer.validation: {said}): "
+            + (f"{val / 3600:,.0f} h of the {total / 3600:,.0f} h ({100 * val / total:.1f}%)" if total else "none")
+            + (f", {len(runs) - len(known)} run(s) unknown" if len(known) < len(runs) else "") + ".")
+    counted = sorted({(r.get("plan") or {}).get("val_source") or "" for r in runs} - {""})
+    return ["", head, *(f"- counted from: {src}" for src in counted),
+            *(f"- per document: {BASIS[m]}" for m in sorted(modes) if m in BASIS)]
+
+
 def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str) -> str:
     got = measured_rows(rows)
     device = got[0]["device"] if got else "cpu"
@@ -84,18 +115,19 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str)
              "Where the dry run read shorter documents than the paper (tokens a -> b), time and memory growth "
              "are scaled linearly to the paper's length (module docstring of scaleformer.artifacts.costs).", "",
              "| Method | Column | Tokens | s/step | s/step ckpt | Train peak GB | ckpt GB | Gen s/doc | Gen peak GB "
-             f"| Fits {'/'.join(map(str, DEVICES_GB))} GB | ckpt fits | Paper profile h | GPU h (train, by FLOPs) |",
-             "|" + "---|" * 13]
+             f"| Fits {'/'.join(map(str, DEVICES_GB))} GB | ckpt fits | Paper profile h | of which validation h "
+             "| GPU h (train, by FLOPs) |", "|" + "---|" * 14]
     for r in rows:
         if r.get("not_measured"):
-            lines.append(f"| {r['method']} | {r['column']} | not measured (run {r['run_id']}) |" + " – |" * 10)
+            lines.append(f"| {r['method']} | {r['column']} | not measured (run {r['run_id']}) |" + " – |" * 11)
             continue
         tokens = f"{r['tokens']:,}" + (f" -> {r['paper_tokens']:,}" if r["scale"] != 1 else "")
         gpu = "–" if not r.get("gpu_train_h") else f"{r['gpu_train_h'][0]:.1f}-{r['gpu_train_h'][1]:.1f}"
         lines.append(f"| {r['method']} | {r['column']} | {tokens} | {secs(r['step_s'])} | {secs(r['step_ckpt_s'])} "
                      f"| {fmt(r['train_peak_gb'])} | {fmt(r['train_peak_ckpt_gb'])} | {secs(r['gen_s_doc'])} "
                      f"| {fmt(r['gen_peak_gb'])} | {_fits(r['train_peak_gb'])} | {_fits(r['train_peak_ckpt_gb'])} "
-                     f"| {fmt(None if r['total_s'] is None else r['total_s'] / 3600, '{:,.0f}')} | {gpu} |")
+                     f"| {fmt(None if r['total_s'] is None else r['total_s'] / 3600, '{:,.0f}')} | {_validation(r)} "
+                     f"| {gpu} |")
     lines += steady_state_lines(rows)
     total = [r["total_s"] for r in distinct(rows) if r["total_s"] is not None]
     gpu, basis = gpu_hours(rows)
@@ -112,6 +144,7 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str)
                   f"measured ones: {sum(total) / 3600:,.0f} h."]
     elif total:
         lines += ["", f"Whole table on this {device}: {sum(total) / 3600:,.0f} h."]
+    lines += validation_lines(rows)
     same: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in distinct(rows):
         if r.get("flops_step"):
@@ -160,8 +193,8 @@ def summary_markdown(folder: Path, artifacts: Sequence[str], link: str) -> str |
              if (recs := [(p, json.loads(p.read_text(encoding="utf-8"))) for p in cost_table_paths(a, folder) if p.exists()])}
     if not found:
         return None
-    hours = ["| artifact | measured on | cells | dry run took | paper profile (h) | training (h) | generation (h) "
-             "| training on one GPU (h, by FLOPs) |", "|---|---|---|---|---|---|---|---|"]
+    hours = ["| artifact | measured on | cells | dry run took | paper profile (h) | training (h) | validation (h) "
+             "| generation (h) | training on one GPU (h, by FLOPs) |", "|---|---|---|---|---|---|---|---|---|"]
     bases: set[str] = set()
     memory = []
     for artifact, records in found.items():
@@ -175,14 +208,16 @@ def summary_markdown(folder: Path, artifacts: Sequence[str], link: str) -> str |
                     f"{first['precision']} | {len(rec['rows'])} | {took[1] if took else '?'} |")
             total = rec.get("total_h")
             if not missing and all(r.get("total_s") is None for r in rows):  # e.g. the QA table: no such profile
-                hours.append(f"{head} no paper profile | – | – | – |")
+                hours.append(f"{head} no paper profile | – | – | – | – |")
             else:
-                train, gen = (sum(r.get(k) or 0 for r in distinct(rows)) / 3600 for k in ("train_s", "gen_s"))
+                train, val, gen = (sum(r.get(k) or 0 for r in distinct(rows)) / 3600 for k in ("train_s", "val_s", "gen_s"))
+                # a table from before validation was apart counted it in generation
+                apart = f"{val:,.0f}" if any("val_s" in r for r in rows) else "in generation"
                 gpu, basis = gpu_hours(rows)
                 bases |= {basis} if gpu else set()
                 said = (f"{total:,.0f}" if finite(total) and total > 0 else "unknown"
                         + (f" ({missing} cell(s) not measured)" if missing else ""))
-                hours.append(f"{head} {said} | {train:,.0f} | {gen:,.0f} | {gpu or '–'} |")
+                hours.append(f"{head} {said} | {train:,.0f} | {apart} | {gen:,.0f} | {gpu or '–'} |")
         rows = measured_rows(records[0][1]["rows"])  # memory: the best device's
         if not rows:
             continue

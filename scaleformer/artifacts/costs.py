@@ -13,9 +13,10 @@ generates for one document with the paper's beams and ``max_new_tokens``. Per ce
   token. Methods whose encoder side stops growing (``length_scaling: bounded``, e.g. truncation past
   its window) stay as measured, so the dry run reads documents longer than any window; training
   alone when only training stops (``train_length_scaling``: Unlimiformer's standard mode);
-- the paper profile's time: micro-batches x step time + documents generated (validation during
-  training, then ``paper_eval_docs``) x seconds per document, the arithmetic written out, the trainer's
-  numbers from composing the paper profile's own config;
+- the paper profile's time: micro-batches x step time + validation during training (its count, documents
+  and per-document cost from the config's ``trainer.validation``: :mod:`scaleformer.artifacts.cost_validation`)
+  + ``paper_eval_docs`` x generation seconds per document, the arithmetic written out, validation's hours and
+  share of the total apart, the trainer's numbers from composing the paper profile's own config;
 - whether the training peak fits a 24/40/80 GB device;
 - on a CPU, GPU-hours of training from the counted FLOPs at 1-5% of an H100's dense bf16 peak (what one
   H200 reached in table1's dry run at batch 1, and the table says where the range is from); on a GPU,
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from scaleformer.artifacts.cost_check import check_record, finite
+from scaleformer.artifacts.cost_validation import validation_cost, validation_plan
 from scaleformer.artifacts.grid import Cell, check_profile, column_label, expand_grid
 from scaleformer.compose import compose_config
 from scaleformer.runs import cost_fit
@@ -121,11 +123,15 @@ def measured(result: Any, paper_cap: int | None = None, run: str | None = None) 
     read = sum(float(m.get("input_tokens_per_s") or 0) * float(m.get("generation_time_s") or 0)
                for m in result.splits.values()) / max(docs, 1)
     gen_scale = paper / read if linear and read and paper > read else 1.0
-    gen_s = None
+    gen_s = enc_s = dec_s = made = None
     if gen and docs:
         encode = sum(g.get("encode_s", 0.0) for g in gen)
         decode = sum(g["time_s"] for g in gen) - encode
-        gen_s = (encode * gen_scale + decode * decode_ratio(cost.get("model") or {}, read, read * gen_scale)) / docs
+        enc_s = encode * gen_scale / docs
+        dec_s = decode * decode_ratio(cost.get("model") or {}, read, read * gen_scale) / docs
+        gen_s = enc_s + dec_s
+        counts = [n for g in gen for n in (g.get("new_tokens") or [])]
+        made = sum(counts) / len(counts) if counts else None  # new tokens per document
     peaks = [_at(g, gen_scale) for g in gen if g.get("mem_peak_bytes") is not None]
     return {
         "device": cost.get("device", "cpu"), "precision": cost.get("precision"), "memory": cost.get("memory"),
@@ -133,6 +139,8 @@ def measured(result: Any, paper_cap: int | None = None, run: str | None = None) 
         "length_scaling": "linear" if linear else "bounded",
         "train_length_scaling": "linear" if train_linear else "bounded", **training,
         "gen_s_doc": gen_s, "gen_peak_gb": max(peaks) / GB if peaks else None,
+        # what validation's cost is read from (scaleformer.artifacts.cost_validation)
+        "gen_encode_s_doc": enc_s, "gen_decode_s_doc": dec_s, "gen_new_tokens": made,
     }
 
 
@@ -171,13 +179,13 @@ def paper_plan(spec: dict[str, Any], cell: Cell, paper: dict[tuple[Any, ...], Ce
     cfg = compose_config(same.overrides)
     t = cfg.trainer
     micro = int(t.max_steps) * int(t.accumulate_grad_batches)
-    every, limit = t.get("val_check_interval"), t.get("limit_val_batches")
-    rounds = int(t.max_steps) // int(every) if isinstance(every, int) and every > 0 else 0
-    val_docs = rounds * int(limit) if isinstance(limit, int) and not isinstance(limit, bool) else 0
     docs = check_profile(spec, "dryrun").get("paper_eval_docs", 0)
-    eval_docs = int(docs.get(cell.key, 0) if isinstance(docs, dict) else docs)
+    docs = docs.get(cell.key, 0) if isinstance(docs, dict) else docs
+    # a column's documents: a number (validation + test), or per split ({validation: n, test: m})
+    split = docs.get("validation") if isinstance(docs, dict) else None
+    eval_docs = int(sum(docs.values()) if isinstance(docs, dict) else docs)
     return {"steps": int(t.max_steps), "accumulate": int(t.accumulate_grad_batches), "micro_batches": micro,
-            "val_rounds": rounds, "val_docs": val_docs, "eval_docs": eval_docs,
+            **validation_plan(t, cfg.data, micro, split), "eval_docs": eval_docs,
             "max_input_tokens": cfg.data.get("max_input_tokens")}
 
 
@@ -209,13 +217,19 @@ def estimate(m: dict[str, Any], plan: dict[str, Any] | None, method: str = "",
     if plan is None or m["step_s"] is None:
         return {"total_s": None, "arithmetic": "no paper profile" if plan is None else "no timed step"}
     train = plan["micro_batches"] * m["step_s"]
-    docs = plan["val_docs"] + plan["eval_docs"]
-    gen = docs * (m["gen_s_doc"] or 0.0)
-    out = {"total_s": train + gen, "train_s": train, "gen_s": gen, "arithmetic": (
-        f"{plan['steps']:,} steps x {plan['accumulate']} micro-batches x {secs(m['step_s'])} s"
-        f" + ({plan['val_rounds']} x {plan['val_docs'] // max(plan['val_rounds'], 1)} validation"
-        f" + {plan['eval_docs']:,} evaluation) docs x {secs(m['gen_s_doc'] or 0)} s"
-        f" = {(train + gen) / 3600:,.0f} h")}
+    gen = plan["eval_docs"] * (m["gen_s_doc"] or 0.0)
+    val = validation_cost(m, plan)
+    head = f"{plan['steps']:,} steps x {plan['accumulate']} micro-batches x {secs(m['step_s'])} s"
+    tail = f"{plan['eval_docs']:,} evaluation docs x {secs(m['gen_s_doc'] or 0)} s"
+    if val["val_s"] is None:  # a validation count or cost the config does not determine: unknown, not zero
+        return {"total_s": None, "train_s": train, "gen_s": gen, **val, "val_share": None,
+                "arithmetic": f"{head} + validation unknown ({val['val_source']}) + {tail}"}
+    total = train + val["val_s"] + gen
+    per = plan.get("val_docs_round") or plan["val_docs"] // max(plan["val_rounds"] or 1, 1)
+    middle = (f"{plan['val_rounds']} x {per:,} validation docs x {secs(val['val_s_doc'])} s"
+              + ("" if plan.get("validation", "paper") == "paper" else f" ({plan['validation']})"))
+    out = {"total_s": total, "train_s": train, "gen_s": gen, **val, "val_share": val["val_s"] / total if total else None,
+           "arithmetic": f"{head} + {middle} + {tail} = {total / 3600:,.0f} h"}
     if m["device"] == "cpu" and m["flops_step"]:
         flops = plan["micro_batches"] * m["flops_step"]
         mfu = (basis or {}).get("mfu", {}).get(method)

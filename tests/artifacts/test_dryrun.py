@@ -165,7 +165,9 @@ def test_estimate_writes_its_arithmetic_and_gpu_hours_from_flops():
     plan = {"steps": 100, "accumulate": 2, "micro_batches": 200, "val_rounds": 2, "val_docs": 20, "eval_docs": 30}
     est = costs.estimate(m, plan)
     assert est["total_s"] == 200 * 2.0 + 50 * 5.0
-    assert "100 steps x 2 micro-batches x 2.0 s + (2 x 10 validation + 30 evaluation) docs x 5.0 s" in est["arithmetic"]
+    assert ("100 steps x 2 micro-batches x 2.0 s + 2 x 10 validation docs x 5.0 s + 30 evaluation docs x 5.0 s"
+            in est["arithmetic"])
+    assert est["val_s"] == 20 * 5.0 and est["val_share"] == pytest.approx(100 / 650)
     assert "micro-batches x 0.047 s" in costs.estimate({**m, "step_s": 0.047}, plan)["arithmetic"]  # a GPU's step
     low, high = est["gpu_train_h"]
     assert low == pytest.approx(200e12 / (costs.H100_BF16_TFLOPS * 1e12 * max(costs.MFU)) / 3600)
@@ -203,7 +205,7 @@ def test_cells_that_are_one_run_are_counted_once_in_the_totals(tmp_path):
     hours, line = costs.paper_estimate("figure2", tmp_path)
     assert hours == 3000.0 and "training on one GPU ~30-60 h by FLOPs at 1-5% of an H100's" in line
     block = cost_report.summary_markdown(tmp_path, ["figure2"], "results/dryrun")
-    assert "| 3 | ? | 3,000 | 3,000 | 0 |" in block
+    assert "| 3 | ? | 3,000 | 3,000 | in generation | 0 |" in block  # rows from before validation was apart
     # memory at the longest documents: a sweep's points are one method at one length, given as a spread
     rows[0]["train_peak_gb"] = 3.0
     (tmp_path / "figure2.json").write_text(json.dumps({"rows": rows, "total_h": 3000.0, "provenance": ""}))
