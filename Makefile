@@ -92,6 +92,14 @@ bench-step: setup   ## results/bench/step-overhead.{json,md}: the training step'
 bench-compare: setup  ## results/bench/compare-memory.{json,md}: `scaleformer compare`'s peak memory and time up to 100,000 documents (~15 min)
 	$(PY) scripts/bench_compare.py
 
+.PHONY: bench-eval
+bench-eval: setup  ## results/bench/batched-eval-cpu.{json,md}: documents per second of 32 ledgers, one at a time vs batched, 1 and 4 beams (~30 min)
+	$(PY) -m scaleformer.bench.batched_eval --out results/bench
+
+.PHONY: bench-decode
+bench-decode: setup  ## results/bench/decode-overhead-cpu.{json,md}: decoding's per-token overhead on the CPU, dynamic vs static cache, 1 and 4 beams (~5 min)
+	$(PY) -m scaleformer.bench.decode_overhead --out results/bench/decode-overhead-cpu.json
+
 DIR ?=
 GPU_CHECK_ARGS ?=
 gpu-check:          ## on a GPU machine: prepare .venv-gpu from the lock (wheels/ if present), run `pytest -m gpu` and the gpu-base bench; results in DIR

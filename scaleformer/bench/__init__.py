@@ -17,9 +17,13 @@ Where things live:
 - ``probes``: encoder FLOPs, the device's peak, the test document and its input-coverage markers
   (how truncated inputs are detected);
 - ``cell``: the phases of one (method, N): encode, generate per beam count, training step;
+- ``floor``: the bytes a decoding step must read, its floor at the measured copy bandwidth;
 - ``runner``: the grid, ``resume``, out-of-memory handling, atomic results writing;
 - ``summary``: scaling exponents (truncated sizes excluded), comparisons, targets;
-- ``report`` and ``plot``: the markdown and the PNG; ``cli``: ``scripts/bench.py``.
+- ``report`` and ``plot``: the markdown and the PNG; ``cli``: ``scripts/bench.py``;
+- beside the grid, one CPU benchmark each: ``step`` (a training step's framework overhead),
+  ``compare_memory`` (``scaleformer compare`` at scale), ``batched_eval`` (documents per second, one at a
+  time vs batched) and ``decode_overhead`` (ms and operators per token, dynamic vs static cache).
 """
 
 from scaleformer.bench.cli import main

@@ -2,7 +2,9 @@
 
 Generation runs the framework's own path (:func:`scaleformer.ops.decoding.generate`, beams sharing each
 document's cross-attention keys/values where the decoder allows it), and the cross-attention bytes
-are read from the cache it returns, so what is reported is what the decoder held.
+are read from the cache it returns, so what is reported is what the decoder held. Each generation also
+gets its memory floor (:mod:`scaleformer.bench.floor`): the bytes one step reads over the copy
+bandwidth measured at the start of the run, and the measured ms per token as a multiple of it.
 
 Each encode and training step starts with one untimed call that is the size's warm-up and its probe:
 peak memory, the encoder calls (for FLOPs) and the input coverage are read from it, then the timed
@@ -19,6 +21,7 @@ from typing import Any
 
 import torch
 
+from scaleformer.bench.floor import step_floor
 from scaleformer.bench.measure import MemoryProbe, is_oom, measure
 from scaleformer.bench.probes import (
     content_ids,
@@ -44,6 +47,7 @@ class Context:
     probe: MemoryProbe
     peak: float | None  # the device's dense bf16 TFLOP/s, None on CPU
     flops: bool = True  # dense encoder FLOPs describe this method's encoder calls
+    bandwidth: float | None = None  # the device's measured copy bandwidth, bytes/s (None: no floor)
 
     def timed(self, fn: Any) -> tuple[dict[str, Any], Any]:
         p = self.profile
@@ -88,6 +92,8 @@ def run_generate(ctx: Context, model: Any, enc: Any, beams: int, warmup: bool) -
 
     ``cross_attention_bytes`` is measured, not computed: the bytes of the cross-attention keys/values
     held by the cache generation returns (distinct storages), so per-beam copies show as such.
+    ``floor``: the bytes one step reads with those keys/values, the floor they set at ``ctx.bandwidth``
+    and ``ms_per_token`` (the median over ``new_tokens``) as a multiple of it (:func:`step_floor`).
     """
     k = ctx.profile.new_tokens
     base = ctx.probe.start()
@@ -108,8 +114,11 @@ def run_generate(ctx: Context, model: Any, enc: Any, beams: int, warmup: bool) -
     cross = decoding.cross_attention_bytes(res.past_key_values)
     shared = isinstance(getattr(res.past_key_values, "cross_attention_cache", None), decoding.SharedCrossCache)
     del res
+    rows = int(enc.hidden.shape[0]) * beams  # sequences decoded together (generate returns the best beam only)
+    floor = step_floor(model, rows=rows, new_tokens=k, cross_bytes=cross, cross_length=int(enc.hidden.shape[1]),
+                       time_s=out["time_s"], bandwidth=ctx.bandwidth)
     return out | {"new_tokens": made, "tokens_per_s": k / out["time_s"], "cross_attention_bytes": cross,
-                  "beam_shared_cross_attention": shared, **ctx.probe.since(base)}
+                  "beam_shared_cross_attention": shared, "floor": floor, **ctx.probe.since(base)}
 
 
 def run_train(ctx: Context, method: Method, model: Any, ids: torch.Tensor, mask: torch.Tensor,

@@ -153,6 +153,43 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, *, n: int | None = Non
             "repeats": repeats, "device": str(device)}
 
 
+def copy_bandwidth(device: torch.device, *, size_bytes: int | None = None, repeats: int = 10,
+                   warmup: int = 2) -> dict[str, Any]:
+    """The memory bandwidth this device reaches now, in this process: the decoding floor's denominator.
+
+    One device-to-device copy of ``size_bytes`` (1 GiB on CUDA, 256 MiB on a CPU: far past the caches,
+    so it measures memory, not cache), ``warmup`` untimed copies, then ``repeats`` timed ones (CUDA events
+    on a GPU, no host sync between them; the process's torch threads on a CPU, as decoding gets); the
+    median. A copy reads and writes ``size_bytes`` each, so ``bytes_per_s`` counts both (STREAM's
+    convention): the rate at which the memory system moves bytes, what a read-bound step gets."""
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats}: must be >= 1")
+    n = size_bytes or (2**30 if device.type == "cuda" else 256 * 2**20)
+    src = torch.empty(n, dtype=torch.uint8, device=device).fill_(1)  # touched: its pages exist before timing
+    dst = torch.empty_like(src).fill_(0)
+    for _ in range(warmup):
+        dst.copy_(src)
+    times = []
+    if device.type == "cuda":
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+        for start, end in events:
+            start.record()
+            dst.copy_(src)
+            end.record()
+        torch.cuda.synchronize(device)
+        times = [start.elapsed_time(end) / 1e3 for start, end in events]
+    else:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            times.append(time.perf_counter() - t0)
+    del src, dst
+    seconds = statistics.median(times)
+    return {"bytes_per_s": 2 * n / seconds, "gb_per_s": 2 * n / seconds / 1e9, "size_bytes": n,
+            "counted": "read + write", "repeats": repeats, "time_s": seconds, "time_min_s": min(times),
+            "threads": torch.get_num_threads(), "device": str(device)}
+
+
 COMPUTE_DTYPES = {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64}
 
 

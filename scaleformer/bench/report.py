@@ -2,6 +2,8 @@
 
 Every timing is shown as median / min / IQR, so a reader sees the noise of each number beside it;
 truncated sizes are labelled with the fraction of the input read, and the fit ranges are stated.
+Generation also shows its memory floor (:mod:`scaleformer.bench.floor`) per beam count; results
+written before the floor was measured render with those columns empty.
 """
 
 from __future__ import annotations
@@ -27,6 +29,32 @@ def _timing(d: dict[str, Any] | None) -> str:
 
 def _mib(x: int | None) -> str:
     return "" if x is None else f"{x / 2**20:.0f}" if abs(x) >= 2**24 else f"{x / 2**20:.1f}"
+
+
+def _sig(v: float) -> str:
+    """Three significant digits, trailing zeros kept (1.00, 0.387, 22.1), whole numbers from 100."""
+    return f"{v:.0f}" if abs(v) >= 100 else format(v, "#.3g").rstrip(".")
+
+
+def _per_beam(gen: dict[str, Any], beams: list[str], key: str, fmt: Any = _sig) -> str:
+    """One floor field of every beam count, ``a / b``; empty when no beam count has it."""
+    vals = [((gen.get(b) or {}).get("floor") or {}).get(key) for b in beams]
+    return "" if all(v is None for v in vals) else " / ".join("" if v is None else fmt(v) for v in vals)
+
+
+def _bandwidth(doc: dict[str, Any]) -> str:
+    """The copy bandwidth of the run (and of resumed pieces, when they differ)."""
+    runs = [doc["environment"], *doc.get("runs", [])]
+    bws = [r["copy_bandwidth"] for r in runs if r.get("copy_bandwidth")]
+    if not bws:
+        return "not measured (results written before the floor was)"
+    b = bws[0]
+    text = (f"{b['gb_per_s']:.1f} GB/s (read + write of a {b['size_bytes'] / 2**20:.0f} MiB device-to-device copy, "
+            f"median of {b['repeats']}, {b.get('threads')} thread(s))")
+    if len({round(x["gb_per_s"], 1) for x in bws}) > 1:
+        later = ", ".join(f"{x['gb_per_s']:.1f}" for x in bws[1:])
+        text += f"; resumed pieces {later} GB/s, each cell uses its own"
+    return text
 
 
 def _n(n: int) -> str:
@@ -78,6 +106,13 @@ def _header(doc: dict[str, Any]) -> list[str]:
         "document and its beams share them (other decoders, e.g. LED's: the stock per-beam cache)",
         "- `x-attn MiB`: cross-attention keys/values held by the generation cache, measured (distinct "
         "storages) per beam count",
+        "- **decoding floor** per beam count: `step MiB` = bytes one decoding step reads: the decoder's weights "
+        "(every decoder parameter but the cross-attention key/value projections, which run once per document; "
+        "one row per sequence of each embedding table; the whole lm_head and BART's final_logits_bias) + the "
+        "cross-attention keys/values the cache holds (`x-attn MiB`) + the self-attention keys/values at the mean "
+        f"decoded length ((new tokens + 1) / 2 = {(s['new_tokens'] + 1) / 2:g} positions per beam); `floor ms` = "
+        "step bytes / the copy bandwidth; `ms/tok` = median generation time / new tokens; `x floor` = ms/tok / "
+        f"floor ms. Copy bandwidth: {_bandwidth(doc)}",
         f"- memory: {doc['memory_measure']}; `mem inf` = peak growth over encode + generation, `mem train` "
         "= over the training step",
         "- **truncated**: the encoder did not read the whole input (16 marker tokens spread over the document; "
@@ -93,8 +128,10 @@ def _header(doc: dict[str, Any]) -> list[str]:
 def _backbone(doc: dict[str, Any], backbone: str, notes: list[str]) -> list[str]:
     beams = [str(b) for b in doc["settings"]["beams"]]
     gpu = doc["environment"]["device"] == "cuda"
+    per = f"({'/'.join(beams)}b)"
     head = ["method", "N", "status", "enc ms", "dec len", *[f"gen {b}b ms" for b in beams], "train ms",
-            "mem inf MiB", "mem train MiB", f"x-attn MiB ({'/'.join(beams)}b)", "enc tok/s", "runs"]
+            "mem inf MiB", "mem train MiB", f"x-attn MiB {per}", f"step MiB {per}", f"floor ms {per}",
+            f"ms/tok {per}", f"x floor {per}", "enc tok/s", "runs"]
     if gpu:
         head += ["enc TFLOP/s", "% peak"]
     lines = [f"## {backbone}", "", "Times: median / min / IQR (ms).", "",
@@ -119,6 +156,10 @@ def _backbone(doc: dict[str, Any], backbone: str, notes: list[str]) -> list[str]
                    _mib(c.get("mem_inference_growth_bytes")), _mib(train.get("mem_growth_bytes")),
                    " / ".join(_mib((c.get("cross_attention_bytes") or {}).get(b)) for b in beams)
                    if c.get("cross_attention_bytes") else "",
+                   " / ".join(_mib(((gen.get(b) or {}).get("floor") or {}).get("step_bytes")) for b in beams)
+                   if any((gen.get(b) or {}).get("floor") for b in beams) else "",
+                   _per_beam(gen, beams, "floor_ms"), _per_beam(gen, beams, "ms_per_token"),
+                   _per_beam(gen, beams, "floor_multiple", lambda v: f"{v:.1f}"),
                    f"{e['tokens_per_s']:.3g}" if e.get("tokens_per_s") else "", str(e.get("repeats", ""))]
             if gpu:
                 row += [f"{e['tflops_per_s']:.1f}" if e.get("tflops_per_s") else "",
@@ -157,11 +198,13 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += _backbone(doc, backbone, notes)
     if doc.get("comparisons"):
         lines += ["## Comparisons", "", "| backbone | N | method vs baseline | beams | decode speedup | "
-                  "enc+gen speedup | cross-attn length ratio | cross-attn memory ratio |", "|---|---|---|---|---|---|---|---|"]
+                  "floor speedup | enc+gen speedup | cross-attn length ratio | cross-attn memory ratio |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for c in doc["comparisons"]:
             tag = " (truncated)" if c.get("truncated") else ""
             lines.append(f"| {c['backbone']} | {_n(c['n_tokens'])}{tag} | {c['method']} vs {c['baseline']} | "
-                         f"{c['beams']} | {c['decode_speedup']:.2f}x | {c['e2e_speedup']:.2f}x | "
+                         f"{c['beams']} | {c['decode_speedup']:.2f}x | "
+                         + (f"{c['floor_speedup']:.2f}x" if c.get("floor_speedup") else "") + f" | {c['e2e_speedup']:.2f}x | "
                          f"{c['cross_attention_length_ratio']:.3f} | {_fmt(c['cross_attention_memory_ratio'])} |")
         lines.append("")
     if doc.get("targets"):

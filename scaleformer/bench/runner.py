@@ -4,6 +4,11 @@ A row stops at its first out-of-memory size (recorded; larger sizes are marked s
 reason); a training step that runs out of memory only skips larger training steps. Each finished
 cell is written at once (atomically), so a killed run keeps what it measured, and ``resume`` keeps
 cells already measured with the same settings, so a long grid can be run in pieces.
+
+The device's copy bandwidth is measured once per run, in this process, with the profile's threads
+(:func:`scaleformer.bench.measure.copy_bandwidth`), recorded with the run's environment, and every
+generation cell's floor is computed against it (each cell keeps the value it used, so a resumed
+grid measured in pieces stays self-describing).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 import torch
 
 from scaleformer.bench.cell import Context, measure_cell
-from scaleformer.bench.measure import MemoryProbe
+from scaleformer.bench.measure import MemoryProbe, copy_bandwidth
 from scaleformer.bench.probes import peak_tflops
 from scaleformer.bench.profile import Profile
 from scaleformer.bench.report import write_outputs
@@ -93,8 +98,9 @@ def _train_wall(cell: dict[str, Any]) -> float | None:
 
 
 def run_row(rec: Recorder, profile: Profile, shape: Shape, name: str, device: torch.device, started: float,
-            resume: bool, log: Log) -> None:
-    """Every size of one row on one backbone, stopping at the first out-of-memory size."""
+            resume: bool, log: Log, bandwidth: float | None = None) -> None:
+    """Every size of one row on one backbone, stopping at the first out-of-memory size; ``bandwidth``
+    (bytes/s) is the decoding floor's denominator (None: no floor)."""
     dtype = getattr(torch, profile.dtype)
     attn = attention_impl(profile.attn, profile.dtype, shape, device)
     entry: dict[str, Any] = {"backbone": shape.name, "method": name}
@@ -114,7 +120,8 @@ def run_row(rec: Recorder, profile: Profile, shape: Shape, name: str, device: to
               "attn_fallback": row.attn_fallback, "config": row.config, "note": row.note}
     rec.method(entry)
     ctx = Context(profile, shape, device, dtype, MemoryProbe(device),
-                  peak_tflops(device_name(device)) if device.type == "cuda" else None, flops=row.flops)
+                  peak_tflops(device_name(device)) if device.type == "cuda" else None, flops=row.flops,
+                  bandwidth=bandwidth)
     # Everything alive now (libraries, the model) leaves the collector's scans: the per-phase
     # gc.collect() of the memory probe then costs milliseconds, not a quarter second.
     gc.freeze()
@@ -190,7 +197,8 @@ def _short(cell: dict[str, Any]) -> str:
     parts = [cell["status"] + (" (truncated)" if cell.get("truncated") else ""),
              f"enc {cell['encode']['time_s'] * 1e3:.1f} ms", f"dec len {cell['decoder_length']}"]
     if g:
-        parts.append(f"gen {g['time_s'] * 1e3:.0f} ms")
+        mult = (g.get("floor") or {}).get("floor_multiple")
+        parts.append(f"gen {g['time_s'] * 1e3:.0f} ms" + (f" ({mult:.1f}x its floor)" if mult else ""))
     if cell.get("train", {}).get("time_s"):
         parts.append(f"train {cell['train']['time_s'] * 1e3:.0f} ms")
     return ", ".join(parts)
@@ -214,12 +222,14 @@ def environment(device: torch.device) -> dict[str, Any]:
     return env
 
 
-def run_profile(profile: Profile, out_dir: str | Path | None, *, resume: bool = False, log: Log = print
-                ) -> dict[str, Any]:
+def run_profile(profile: Profile, out_dir: str | Path | None, *, resume: bool = False, log: Log = print,
+                copy_bytes: int | None = None) -> dict[str, Any]:
     """Run a profile, writing ``<out>/<profile>.json`` as it goes and the table and plot at the end.
 
     With ``resume``, cells already measured (ok or out of memory) in an existing results file of the
-    same settings are kept, so a grid too long for one session can be run in pieces.
+    same settings are kept, so a grid too long for one session can be run in pieces. ``copy_bytes``:
+    the size of the bandwidth measurement's copy (default: :func:`copy_bandwidth`'s, past the caches;
+    tests pass less).
     """
     started = time.perf_counter()
     if profile.device == "cuda" and not torch.cuda.is_available():
@@ -231,12 +241,15 @@ def run_profile(profile: Profile, out_dir: str | Path | None, *, resume: bool = 
     if profile.threads:
         torch.set_num_threads(profile.threads)
     try:
-        doc = _load_or_new(profile, methods, device, path, resume)
+        bandwidth = copy_bandwidth(device, size_bytes=copy_bytes)  # with the profile's threads, as decoding
+        log(f"copy bandwidth: {bandwidth['gb_per_s']:.1f} GB/s ({bandwidth['size_bytes'] / 2**20:.0f} MiB copy, "
+            f"median of {bandwidth['repeats']})")
+        doc = _load_or_new(profile, methods, device, path, resume, bandwidth)
         rec = Recorder(doc, path)
         for bb in profile.backbones:
             shape = load_shape(bb) if isinstance(bb, str) else bb
             for name in methods:
-                run_row(rec, profile, shape, name, device, started, resume, log)
+                run_row(rec, profile, shape, name, device, started, resume, log, bandwidth["bytes_per_s"])
     finally:
         torch.set_num_threads(threads)
     doc["wall_time_s"] = round(time.perf_counter() - started, 2)
@@ -248,9 +261,11 @@ def run_profile(profile: Profile, out_dir: str | Path | None, *, resume: bool = 
 
 
 def _load_or_new(profile: Profile, methods: list[str], device: torch.device, path: Path | None,
-                 resume: bool) -> dict[str, Any]:
+                 resume: bool, bandwidth: dict[str, Any] | None = None) -> dict[str, Any]:
     settings = json.loads(json.dumps(profile.settings()))
     env = environment(device)
+    if bandwidth is not None:
+        env["copy_bandwidth"] = bandwidth  # this run's (a resumed piece's is in runs[-1])
     backbones = [b if isinstance(b, str) else b.name for b in profile.backbones]
     if resume and path is not None and path.exists():
         doc = json.loads(path.read_text())

@@ -31,6 +31,7 @@ def metric(cell: dict[str, Any] | None, key: str, beams: str) -> float | None:
         return None
     enc = cell.get("encode") or {}
     gen = (cell.get("generate") or {}).get(beams) or {}
+    floor = gen.get("floor") or {}  # absent in results written before the floor was measured
     train = cell.get("train") or {}
     return {
         "encode_s": enc.get("time_s"),
@@ -43,6 +44,10 @@ def metric(cell: dict[str, Any] | None, key: str, beams: str) -> float | None:
         "cross_attention_bytes": (cell.get("cross_attention_bytes") or {}).get(beams),
         "encode_tflops_per_s": enc.get("tflops_per_s"),
         "encode_peak_fraction": enc.get("peak_fraction"),
+        "step_bytes": floor.get("step_bytes"),
+        "floor_ms": floor.get("floor_ms"),
+        "ms_per_token": floor.get("ms_per_token"),
+        "floor_multiple": floor.get("floor_multiple"),
     }[key]
 
 
@@ -93,7 +98,8 @@ def scaling(doc: dict[str, Any], backbone: str, method: str, spec: dict[str, Any
 
 
 def comparisons(doc: dict[str, Any], specs: list[dict[str, str]]) -> list[dict[str, Any]]:
-    """Per backbone and N: how much faster a method generates than another, and its cross-attention size."""
+    """Per backbone and N: how much faster a method generates than another, its cross-attention size, and
+    the decode speed-up were both at their memory floors (the bytes per step alone)."""
     beams = max_beams(doc)
     out = []
     for backbone in dict.fromkeys(c["backbone"] for c in doc["results"]):
@@ -111,6 +117,8 @@ def comparisons(doc: dict[str, Any], specs: list[dict[str, str]]) -> list[dict[s
                     "cross_attention_length_ratio": x["decoder_length"] / y["decoder_length"],
                     "cross_attention_memory_ratio": _ratio(metric(x, "cross_attention_bytes", beams),
                                                            metric(y, "cross_attention_bytes", beams)),
+                    # the decode speed-up were both at their floors: baseline's floor over the method's
+                    "floor_speedup": _ratio(metric(y, "floor_ms", beams), metric(x, "floor_ms", beams)),
                     "truncated": bool(x.get("truncated") or y.get("truncated")),
                 })
     return out

@@ -66,7 +66,7 @@ def tiny_profile(**kw) -> Profile:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    doc = bench.run_profile(tiny_profile(grad_ckpt_min_tokens=256), out, log=lambda s: None)
+    doc = bench.run_profile(tiny_profile(grad_ckpt_min_tokens=256), out, log=lambda s: None, copy_bytes=8 * 2**20)
     return doc, out
 
 
@@ -106,8 +106,15 @@ def test_results_file_structure(run):
             else:  # keys + values, 1 decoder layer, d_model 32, fp32, once per document
                 assert xa["2"] == xa["1"] == 2 * c["decoder_length"] * 32 * 4, m
                 assert all(g["beam_shared_cross_attention"] for g in c["generate"].values())
+            for b, g in c["generate"].items():  # the decoding floor: what a step reads, at the copy bandwidth
+                f = g["floor"]
+                assert f["cross_attention_bytes"] == xa[b] and f["cross_attention_measured"]
+                assert f["step_bytes"] == f["weight_bytes"] + f["cross_attention_bytes"] + f["self_attention_bytes"]
+                assert f["floor_ms"] > 0 and f["floor_multiple"] > 0 and f["self_attention_mean_length"] == 2.0
         rec = next(r for r in saved["methods"] if r["method"] == m)
         assert rec["status"] == "ran" and rec["source"] == ("peer" if m in (FULL, LED) else "option")
+    bw = saved["environment"]["copy_bandwidth"]
+    assert bw["gb_per_s"] > 0 and bw["size_bytes"] == 8 * 2**20 and bw["repeats"] >= 10
     assert by_method(saved, "sled")[64]["encode"]["flops"] > 0
     assert by_method(saved, LED)[64]["encode"]["flops"] is None  # dense FLOPs do not describe LED
     skipped = next(r for r in saved["methods"] if r["method"] == "no_such_method")
@@ -193,6 +200,8 @@ def test_markdown_and_plot_written(run):
     doc, out = run
     md = (out / "test-tiny.md").read_text()
     assert "| method | N | status | enc ms | dec len | gen 1b ms | gen 2b ms | train ms |" in md
+    assert "| x-attn MiB (1/2b) | step MiB (1/2b) | floor ms (1/2b) | ms/tok (1/2b) | x floor (1/2b) |" in md
+    assert "Copy bandwidth: " in md and "GB/s (read + write of a 8 MiB" in md
     assert "median / min / IQR" in md
     for m in ("sled", "scaleformer", FULL):
         assert f"| {m} | 64 | ok |" in md and f"| {m} | 256 | ok |" in md

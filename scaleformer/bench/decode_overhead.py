@@ -1,0 +1,220 @@
+"""Decoding's per-token framework overhead on the CPU: the dynamic self-attention cache against the static one.
+
+Why: on the GPU, generation time hardly grows with the input length (docs/performance.md), so a per-token
+cost that does not depend on the cross-attention length dominates decoding: Python, dispatch and the
+cache's bookkeeping, step after step. The tiny reader (``conf/backbone/tiny_bart_reader.yaml``: 3+3
+layers of width 128, 1,738 tokens) computes next to nothing per step, so on a CPU its milliseconds per token are that
+overhead, and the operators dispatched per token are what a GPU would launch.
+
+What: the framework's own generation path (:func:`scaleformer.ops.decoding.generate`, beam-shared
+cross-attention) on one encoded document, at 1 and 4 beams, with the output length forced
+(``min_new_tokens = max_new_tokens``), eager with the dynamic cache and with ``cache_implementation="static"``
+(:mod:`scaleformer.ops.static_decoding`; a CPU never compiles). Per setting: one untimed warm-up, one
+untimed run under ``torch.profiler`` (operators per token, :func:`scaleformer.bench.measure.count_ops`),
+then ``repeats`` timed runs, the settings interleaved run by run so that a shared machine's drift falls
+on all alike; median and IQR of the milliseconds per generated token (the run's time over the forced
+length; the encoder is outside it). Both caches' token sequences are compared.
+
+    python -m scaleformer.bench.decode_overhead --out results/bench/decode-overhead-cpu.json [--repeats 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from scaleformer.bench.measure import Timing, count_ops
+from scaleformer.io import atomic_write_text
+from scaleformer.ops import decoding
+from scaleformer.resources import conf_dir, resolve_asset
+from scaleformer.runs.runtime import machine
+
+SCHEMA = 1
+CACHES = ("dynamic", "static")
+
+
+def load_reader(backbone: str = "tiny_bart_reader") -> Any:
+    """The shipped reader of ``conf/backbone/<backbone>.yaml``, in eval mode, with its attention setting."""
+    from omegaconf import OmegaConf
+    from transformers import AutoModelForSeq2SeqLM
+
+    cfg = OmegaConf.load(conf_dir() / "backbone" / f"{backbone}.yaml")
+    impl = cfg.get("attn_implementation") or "sdpa"
+    return AutoModelForSeq2SeqLM.from_pretrained(resolve_asset(cfg.pretrained), attn_implementation=impl,
+                                                 use_safetensors=True).eval()  # data, never code
+
+
+def encoded(model: Any, doc_tokens: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """One random document of ``doc_tokens`` ids, encoded: states ``[1, T, d]`` and mask ``[1, T]``."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    ids = torch.randint(4, vocab, (1, doc_tokens), generator=g)
+    ids[0, 0], ids[0, -1] = model.config.bos_token_id or 0, model.config.eos_token_id or 2
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        hidden = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    return hidden, mask
+
+
+def settings(beams: int, new_tokens: int, cache: str, no_repeat_ngram_size: int) -> dict[str, Any]:
+    kw = {"num_beams": beams, "max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False,
+          "no_repeat_ngram_size": no_repeat_ngram_size}
+    if beams > 1:
+        kw["early_stopping"] = True
+    if cache == "static":
+        kw["cache_implementation"] = "static"
+    return kw
+
+
+def operators(run: Callable[[], Any], tokens: int) -> dict[str, float | None]:
+    """Operators dispatched per generated token over one whole run (profiled, untimed)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    counts = count_ops(prof)
+    return {"aten_ops_per_token": counts["aten_ops_per_step"] / tokens,
+            "top_level_ops_per_token": counts["top_level_ops_per_step"] / tokens}
+
+
+def measure(beams_list: Sequence[int] = (1, 4), new_tokens: int = 64, repeats: int = 10, doc_tokens: int = 1024,
+            no_repeat_ngram_size: int = 0, backbone: str = "tiny_bart_reader",
+            log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every (beams, cache) setting: ``repeats`` timed runs each, interleaved; records and comparisons."""
+    model = load_reader(backbone)
+    hidden, mask = encoded(model, doc_tokens)
+    runs: dict[tuple[int, str], Callable[[], Any]] = {}
+    for beams in beams_list:
+        for cache in CACHES:
+            kw = settings(beams, new_tokens, cache, no_repeat_ngram_size)
+            runs[(beams, cache)] = lambda kw=kw: decoding.generate(model, hidden, mask, **kw)
+    records: dict[tuple[int, str], dict[str, Any]] = {}
+    with torch.no_grad():
+        for key, run in runs.items():
+            out = run()  # warm-up: first-call costs (allocator growth, lazy imports) stay out of the timings
+            records[key] = {"beams": key[0], "cache": key[1], "new_tokens": int(out.shape[-1] - 1),
+                            "sequences": out, **operators(run, new_tokens)}
+            log(f"beams={key[0]} cache={key[1]}: {records[key]['aten_ops_per_token']:.0f} aten ops/token")
+        times: dict[tuple[int, str], list[float]] = {k: [] for k in runs}
+        for r in range(repeats):
+            for key, run in runs.items():
+                t0 = time.perf_counter()
+                run()
+                times[key].append(time.perf_counter() - t0)
+            log(f"repeat {r + 1} of {repeats} done")
+    same = {key: torch.equal(rec["sequences"], records[(key[0], "dynamic")]["sequences"]) for key, rec in records.items()}
+    rows = []
+    for key, rec in records.items():
+        s = Timing(tuple(times[key])).summary()
+        per = 1e3 / new_tokens
+        rows.append({**{k: v for k, v in rec.items() if k != "sequences"}, "forced_new_tokens": new_tokens,
+                     "repeats": s["repeats"],
+                     "ms_per_token": s["time_s"] * per, "ms_per_token_p25": s["time_p25_s"] * per,
+                     "ms_per_token_p75": s["time_p75_s"] * per, "ms_per_token_iqr": s["time_iqr_s"] * per,
+                     "ms_per_token_min": s["time_min_s"] * per, "run_time_s": s["time_s"], "times_s": s["times_s"],
+                     "tokens_equal_dynamic": same[key]})
+    return {"schema": SCHEMA, "backbone": backbone, "doc_tokens": doc_tokens, "batch": 1,
+            "forced_new_tokens": new_tokens, "no_repeat_ngram_size": no_repeat_ngram_size,
+            "torch_threads": torch.get_num_threads(), "rows": rows, "comparison": compare(rows)}
+
+
+def compare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Static against dynamic at each beam count: time and operators per token, and their ratios."""
+    by = {(r["beams"], r["cache"]): r for r in rows}
+    out = []
+    for beams in sorted({r["beams"] for r in rows}):
+        d, s = by.get((beams, "dynamic")), by.get((beams, "static"))
+        if d is None or s is None:
+            continue
+        out.append({"beams": beams, "ms_per_token_dynamic": d["ms_per_token"], "ms_per_token_static": s["ms_per_token"],
+                    "time_ratio_static_over_dynamic": s["ms_per_token"] / d["ms_per_token"],
+                    "aten_ops_per_token_dynamic": d["aten_ops_per_token"],
+                    "aten_ops_per_token_static": s["aten_ops_per_token"],
+                    "ops_ratio_static_over_dynamic": s["aten_ops_per_token"] / d["aten_ops_per_token"],
+                    "tokens_equal": s["tokens_equal_dynamic"]})
+    return out
+
+
+def render(doc: dict[str, Any]) -> str:
+    load = doc.get("load_average")
+    lines = [
+        "# Decoding's per-token overhead (CPU proxy): dynamic vs static self-attention cache", "",
+        f"{doc['backbone']} (compute is next to nothing per step, so ms/token is the framework's per-token "
+        f"overhead), one encoded document of {doc['doc_tokens']:,} tokens, batch {doc['batch']}, "
+        f"{doc['forced_new_tokens']} new tokens forced (min_new_tokens = max_new_tokens), no_repeat_ngram_size "
+        f"{doc['no_repeat_ngram_size']}; {doc['machine']}, torch {doc['torch']}, transformers {doc['transformers']}"
+        + (f", load average {', '.join(f'{x:.2f}' for x in load)} at the start" if load else "")
+        + f"; {doc['when']}, {doc['wall_time_s']:.0f} s. Written by `make bench-decode` "
+        "(`python -m scaleformer.bench.decode_overhead`; its docstring says how). A busy 2-core shared machine: "
+        "read the IQR before a difference. Per setting: one untimed warm-up, one untimed profiled run "
+        f"(`aten::` operators per token), then {doc['rows'][0]['repeats'] if doc['rows'] else 0} timed runs, the "
+        "settings interleaved; median and IQR (ms per generated token = run time / forced length; the "
+        "encoder is outside it). Both caches run eager (a CPU never compiles).", "",
+        "| beams | cache | ms/token (IQR) | min | aten ops/token | top-level ops/token | tokens = dynamic's |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in doc["rows"]:
+        lines.append(f"| {r['beams']} | {r['cache']} | {r['ms_per_token']:.2f} ({r['ms_per_token_iqr']:.2f}) | "
+                     f"{r['ms_per_token_min']:.2f} | {r['aten_ops_per_token']:,.0f} | "
+                     f"{r['top_level_ops_per_token']:,.0f} | {'yes' if r['tokens_equal_dynamic'] else 'NO'} |")
+    lines += ["", "Static against dynamic:", "",
+              "| beams | ms/token dynamic -> static | time ratio | aten ops/token dynamic -> static | ops ratio |",
+              "|---|---|---|---|---|"]
+    for c in doc["comparison"]:
+        lines.append(f"| {c['beams']} | {c['ms_per_token_dynamic']:.2f} -> {c['ms_per_token_static']:.2f} | "
+                     f"{c['time_ratio_static_over_dynamic']:.2f}x | {c['aten_ops_per_token_dynamic']:,.0f} -> "
+                     f"{c['aten_ops_per_token_static']:,.0f} | {c['ops_ratio_static_over_dynamic']:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m scaleformer.bench.decode_overhead",
+                                 description="Decoding's per-token overhead on the CPU: dynamic vs static cache.")
+    ap.add_argument("--out", default=str(Path("results") / "bench" / "decode-overhead-cpu.json"),
+                    help="results file (.json; the .md table is written beside it)")
+    ap.add_argument("--beams", default="1,4", help="comma-separated beam counts")
+    ap.add_argument("--new-tokens", type=int, default=64, help="forced output length (min = max new tokens)")
+    ap.add_argument("--repeats", type=int, default=20, help="timed runs per setting (>= 1)")
+    ap.add_argument("--doc-tokens", type=int, default=1024, help="the encoded document's length")
+    ap.add_argument("--no-repeat-ngram-size", type=int, default=0, help="n-gram blocking (0: off)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: the steadiest timings)")
+    args = ap.parse_args(argv)
+    for flag in ("repeats", "new_tokens", "doc_tokens", "threads"):
+        if getattr(args, flag) < 1:
+            print(f"error: --{flag.replace('_', '-')}={getattr(args, flag)}: must be >= 1", file=sys.stderr)
+            return 2
+    try:
+        beams = [int(b) for b in args.beams.split(",") if b]
+    except ValueError:
+        beams = []
+    if not beams or min(beams) < 1:
+        print(f"error: --beams={args.beams!r}: comma-separated integers >= 1", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    started = time.time()
+    load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    doc = measure(beams, args.new_tokens, args.repeats, args.doc_tokens, args.no_repeat_ngram_size,
+                  log=lambda s: print(s, flush=True))
+    import transformers
+
+    doc |= {"machine": machine(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "load_average": load, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "wall_time_s": round(time.time() - started, 1)}
+    out = Path(args.out)
+    atomic_write_text(out, json.dumps(doc, indent=1) + "\n")
+    atomic_write_text(out.with_suffix(".md"), render(doc))
+    print(render(doc))
+    print(f"wrote {out} and {out.with_suffix('.md')} in {doc['wall_time_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
