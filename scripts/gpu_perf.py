@@ -1,5 +1,6 @@
 """`python scripts/gpu_perf.py` = `make gpu-perf`: table1's training cells on one GPU, optimisations off and
-on (scaleformer/artifacts/gpu_perf.py)."""
+on, then the generation rows: decoding ms per token (dynamic vs static cache, against the floor) and batched
+documents per second (scaleformer/artifacts/gpu_perf.py, gpu_perf_generate.py)."""
 
 import sys
 

@@ -2,9 +2,9 @@
 # bash scripts/gpu_window.sh OUT [SECONDS]   (on a lent GPU machine: make gpu-check's tier, then make gpu-perf)
 #
 # One short GPU window as one call: the gpu tier (make gpu-check, benchmark skipped), then table1's
-# training cells off and on (scripts/gpu_perf.py) in what is left of SECONDS (default 500), everything
-# packed into OUT/window.tgz (the runs' records without weights) plus OUT/gpu-perf.md, so a window
-# that ends early still brings back every cell it measured.
+# training cells off and on and the generation rows (scripts/gpu_perf.py) in what is left of SECONDS
+# (default 500), everything packed into OUT/window.tgz (the runs' records without weights) plus
+# OUT/gpu-perf.md, so a window that ends early still brings back every cell and row it measured.
 set -u
 out=${1:?usage: bash scripts/gpu_window.sh OUT [SECONDS]}
 total=${2:-500}
@@ -12,18 +12,19 @@ work=$(mktemp -d)
 start=$(date +%s)
 export PYTHONUNBUFFERED=1
 # GPU_WINDOW_TIER=0: prepare .venv-gpu only (the tier ran earlier in the window); GPU_PERF_ARGS: more
-# arguments for gpu_perf.py (e.g. --variants after)
+# arguments for gpu_perf.py (e.g. --variants after; --gen-budget-s S: generation's share of the budget,
+# default 150; --parts decode,docs: the generation rows only, in the whole budget)
 tier=$([ "${GPU_WINDOW_TIER:-1}" = 0 ] && echo " --skip-tier")
 make gpu-check DIR="$work/gpu-check" GPU_CHECK_ARGS="--skip-bench$tier" >"$work/gpu-check.log" 2>&1
 echo "gpu-check: exit $?"; tail -n 4 "$work/gpu-check/summary.md" 2>/dev/null | cut -c1-300
 left=$(( total - ($(date +%s) - start) ))
 py=.venv-gpu/bin/python; [ -x "$py" ] || py=python3
-# no cell starts in the last GPU_WINDOW_RESERVE s (default 150: a BookSum cell and the cost table); the
-# timeout is the backstop
+# no cell or generation row starts in the last GPU_WINDOW_RESERVE s (default 150: a BookSum cell, the
+# cost table, a compile); the timeout is the backstop
 timeout "$left" "$py" scripts/gpu_perf.py --out "$work/gpu-perf" --tables "$work/dryrun" --runs "$work/runs" \
   --budget-s $(( left - ${GPU_WINDOW_RESERVE:-150} )) ${GPU_PERF_ARGS:-} >"$work/gpu-perf.log" 2>&1
 echo "gpu-perf: exit $? after $(( $(date +%s) - start )) s"
-tail -n 25 "$work/gpu-perf.log" | cut -c1-400
+tail -n 50 "$work/gpu-perf.log" | cut -c1-400
 mkdir -p "$out"
 tar czf "$out/window.tgz" -C "$work" --exclude='*.ckpt' --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' .
 cp "$work/gpu-perf/gpu-perf.md" "$out/" 2>/dev/null

@@ -11,14 +11,25 @@ MFU, peak memory, syncs and kernels per micro-batch; and the cost table rebuilt 
 (``results/dryrun/table1-gpu.{md,json}`` on a GPU, its 6 cells).
 
 Cells run one at a time, SLED and ScaleFormer + Middle first, and the side-by-side table is rewritten after
-each: ``--budget-s`` starts no cell after that many seconds, so a window that ends keeps what it measured
-and the table names the cells it skipped. Where ``checkpoint_chunks=null`` turns recomputation on (the
+each: ``--budget-s`` starts no cell after that many seconds (less generation's share, below), so a window
+that ends keeps what it measured and the table names the cells it skipped. Where ``checkpoint_chunks=null`` turns recomputation on (the
 memory model says the plain step would not fit the device), that cell is timed recomputed only.
 
-``--tiny``: the same path at tiny shapes (random tiny BART, short documents, a one-warm-up one-timed
-schedule) on whatever device there is, writing everything under OUT: the test tier runs it on the CPU.
+Then the generation rows (:mod:`scaleformer.artifacts.gpu_perf_generate`): BART-base-shape decoding in ms
+per token at 1 and 4 beams from 4k, 64k and 1M tokens of (random, precomputed) encoder memory, dynamic
+against static cache (a CUDA graph on a GPU), each against its floor; and documents per second of 32
+SummScreenFD-length documents evaluated one at a time against batched, for the same three methods. Their
+tables follow the training table in ``OUT/gpu-perf.{md,json}`` (the JSON's ``generation``). ``--gen-budget-s``
+is generation's share of ``--budget-s``: no training cell starts after ``budget - share``, and generation
+runs until ``budget`` or for its share, whichever ends later; a generation row that would not fit is skipped
+and named. ``--parts`` picks what runs (``train,decode,docs``; e.g. ``decode,docs`` for a window of its own).
 
-    python scripts/gpu_perf.py [--out results/gpu-perf/DATE] [--tables results/dryrun] [--budget-s S] [--tiny]
+``--tiny``: the same path at tiny shapes (random tiny BART, short documents, a one-warm-up one-timed
+schedule; tiny lengths for the generation rows) on whatever device there is, writing everything under OUT:
+the test tier runs it on the CPU.
+
+    python scripts/gpu_perf.py [--out results/gpu-perf/DATE] [--tables results/dryrun] [--budget-s S]
+        [--gen-budget-s G] [--parts train,decode,docs] [--gen-repeats 10] [--gen-new-tokens 64] [--tiny]
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from typing import Any
 
 import torch
 
+from scaleformer.artifacts import gpu_perf_generate
 from scaleformer.artifacts.cost_report import build_costs
 from scaleformer.artifacts.grid import expand_grid, load_spec, resolve_run_ids
 from scaleformer.artifacts.gridrun import run_grid
@@ -45,6 +57,7 @@ from scaleformer.runs.results import Results
 
 METHODS = ["truncation", "sled", "scaleformer_middle"]
 DATASETS = ["summscreen", "booksum"]
+PARTS = ["train", *gpu_perf_generate.PARTS]  # the training cells, then the generation rows
 # At the paper's length: each document at its data set's mean (no spread), read whole.
 PAPER_LENGTH = {"summscreen": ["data.synthetic_words_spread=0"],
                 "booksum": ["data.synthetic_words_spread=0", "data.max_input_tokens=null"]}
@@ -127,6 +140,11 @@ def _n(x: Any, fmt: str = "{:,}") -> str:
 
 
 def render(doc: dict[str, Any]) -> str:
+    if "train" not in doc.get("parts", PARTS):  # a generation-only call
+        return "\n".join(["# Generation at the GPU's speed (make gpu-perf, generation rows only)", "",
+                          f"{doc['device']}, {doc['when']}, {doc['wall_time_s']:.0f} s for the whole call; written by "
+                          "`make gpu-perf` (scaleformer/artifacts/gpu_perf_generate.py).",
+                          *gpu_perf_generate.render(doc.get("generation") or {}), ""])
     lines = ["# Training at the GPU's speed: table1's cells, optimisations off and on", "",
              f"{doc['device']}, {doc['when']}, {doc['wall_time_s']:.0f} s for the whole call; written by `make gpu-perf` "
              "(scaleformer/artifacts/gpu_perf.py). Per cell, the plain setting at the longest length read (3 untimed "
@@ -155,6 +173,8 @@ def render(doc: dict[str, Any]) -> str:
     if recomputed:
         lines += ["", f"Timed with the chunks recomputed (checkpoint_chunks=null chose it: by the memory model the plain step would not fit): "
                   f"{', '.join(recomputed)}."]
+    if doc.get("generation"):
+        lines += gpu_perf_generate.render(doc["generation"])
     return "\n".join([*lines, ""])
 
 
@@ -165,32 +185,66 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--runs", help="where the runs go (default: a temporary folder)")
     ap.add_argument("--tables", help="where the rebuilt cost table goes (default: results/dryrun on a GPU, OUT "
                     "with --tiny or without one)")
-    ap.add_argument("--budget-s", type=float, help="start no cell after this many seconds (a short GPU window "
-                    "keeps every cell it measured; the rest are listed as skipped)")
+    ap.add_argument("--budget-s", type=float, help="start no cell or row after this many seconds, generation's share "
+                    "(--gen-budget-s) kept for it (a short GPU window keeps every cell and row it measured; the rest "
+                    "are listed as skipped)")
     ap.add_argument("--variants", default=",".join(VARIANTS),
                     help="which variants, in the order each cell runs them (e.g. after,before)")
+    ap.add_argument("--parts", default=",".join(PARTS),
+                    help="what runs: train (the cells), decode (ms per token), docs (batched documents per second)")
+    ap.add_argument("--gen-budget-s", type=float, default=150.0,
+                    help="generation's share of --budget-s (training cells start no later than budget - share; "
+                    "generation runs to the budget or for its share, whichever ends later)")
+    ap.add_argument("--gen-repeats", type=int, default=10, help="timed runs per decoding row")
+    ap.add_argument("--gen-new-tokens", type=int, help="tokens each decode forces, min = max (64; --tiny: 8)")
+    ap.add_argument("--gen-docs", type=int, help="documents of the batched-evaluation rows (32; --tiny: 6)")
+    ap.add_argument("--gen-doc-repeats", type=int, help="timed passes over them per batch size (3; --tiny: 2)")
     args = ap.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
     if not variants or set(variants) - set(VARIANTS):
         ap.error(f"--variants={args.variants}: must name some of {', '.join(VARIANTS)}")
+    parts = [p for p in args.parts.split(",") if p]
+    if not parts or set(parts) - set(PARTS):
+        ap.error(f"--parts={args.parts}: must name some of {', '.join(PARTS)}")
+    for flag, full, tiny in (("gen_new_tokens", 64, 8), ("gen_docs", 32, 6), ("gen_doc_repeats", 3, 2)):
+        if getattr(args, flag) is None:
+            setattr(args, flag, tiny if args.tiny else full)
+    for flag in ("gen_repeats", "gen_new_tokens", "gen_docs", "gen_doc_repeats"):
+        if getattr(args, flag) < 1:
+            ap.error(f"--{flag.replace('_', '-')}={getattr(args, flag)}: must be >= 1")
+    if args.gen_budget_s < 0:
+        ap.error(f"--gen-budget-s={args.gen_budget_s}: must be >= 0")
+    gen_parts = [p for p in parts if p in gpu_perf_generate.PARTS]
     out, started = Path(args.out), time.time()
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    deadline = started + args.budget_s if args.budget_s is not None else None
+    share = args.gen_budget_s if gen_parts else 0.0
+    deadline = started + max(0.0, args.budget_s - share) if args.budget_s is not None else None
+    doc: dict[str, Any] = {"rows": [], "skipped": []}
 
-    def save(doc: dict[str, Any]) -> None:
-        doc |= {"device": device, "when": time.strftime("%Y-%m-%d %H:%M"), "tiny": args.tiny,
-                "wall_time_s": round(time.time() - started, 1)}
+    def save(d: dict[str, Any]) -> None:
+        doc.update(d)
+        doc.update({"parts": parts, "device": device, "when": time.strftime("%Y-%m-%d %H:%M"), "tiny": args.tiny,
+                    "wall_time_s": round(time.time() - started, 1)})
         atomic_write_text(out / "gpu-perf.json", json.dumps(doc, indent=1) + "\n")
         atomic_write_text(out / "gpu-perf.md", render(doc))
 
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(args.runs or tmp)
-        doc = measure(root, args.tiny, deadline=deadline, save=save, variants=variants)
-        save(doc)
-        default = out if args.tiny or not torch.cuda.is_available() else Path("results") / "dryrun"
-        tables = Path(args.tables) if args.tables else default
-        written = build_costs(spec_for("after", args.tiny), "dryrun", root / "after", tables, methods=METHODS)
+    written: dict[str, Path] = {}
+    if "train" in parts:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(args.runs or tmp)
+            save(measure(root, args.tiny, deadline=deadline, save=save, variants=variants))
+            default = out if args.tiny or not torch.cuda.is_available() else Path("results") / "dryrun"
+            tables = Path(args.tables) if args.tables else default
+            written = build_costs(spec_for("after", args.tiny), "dryrun", root / "after", tables, methods=METHODS)
+    if gen_parts:
+        now = time.time()
+        gen_deadline = max(now + share, started + args.budget_s) if args.budget_s is not None else now + share
+        gpu_perf_generate.measure(
+            args.tiny, torch.device("cuda" if torch.cuda.is_available() else "cpu"), deadline=gen_deadline,
+            parts=gen_parts, new_tokens=args.gen_new_tokens, repeats=args.gen_repeats, n_docs=args.gen_docs,
+            doc_repeats=args.gen_doc_repeats, save=lambda g: save({"generation": g}))
+    save({})
     print(render(doc))
-    print(f"wrote {out}/gpu-perf.{{md,json}} and {', '.join(str(p) for p in written.values())} "
+    print(f"wrote {out}/gpu-perf.{{md,json}}{''.join(f', {p}' for p in written.values())} "
           f"in {doc['wall_time_s']:.0f} s")
     return 0

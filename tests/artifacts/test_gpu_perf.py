@@ -1,16 +1,26 @@
 """`make gpu-perf` at tiny shapes on the CPU: the whole path a lent GPU will run (grid -> runs before and after
--> side-by-side table -> the cost table rebuilt from the after runs), known to work before a GPU comes."""
+-> side-by-side table -> the cost table rebuilt from the after runs -> the generation rows), known to work
+before a GPU comes."""
 
 from __future__ import annotations
 
 import json
+import time
 
-from scaleformer.artifacts import gpu_perf
+import torch
+
+from scaleformer.artifacts import gpu_perf, gpu_perf_generate
+from scaleformer.bench.floor import kv_bytes
+from scaleformer.bench.shapes import load_shape, random_model
+
+# The generation rows at their cheapest: 2 timed runs of 2 tokens per decoding row, 3 documents passed once.
+FAST_GEN = ["--gen-repeats", "2", "--gen-new-tokens", "2", "--gen-docs", "3", "--gen-doc-repeats", "1",
+            "--gen-budget-s", "3600"]
 
 
 def test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table(tmp_path, capsys):
     out = tmp_path / "out"
-    assert gpu_perf.main(["--tiny", "--out", str(out), "--runs", str(tmp_path / "runs")]) == 0
+    assert gpu_perf.main(["--tiny", "--out", str(out), "--runs", str(tmp_path / "runs"), *FAST_GEN]) == 0
     doc = json.loads((out / "gpu-perf.json").read_text())
     cells = {(r["method"], r["dataset"]) for r in doc["rows"]}
     assert cells == {(m, d) for m in gpu_perf.METHODS for d in gpu_perf.DATASETS}
@@ -26,7 +36,64 @@ def test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table(t
     table = json.loads((out / "table1.json").read_text())
     assert len(table["rows"]) == 6 and all(r["probe"] == "steady-state" for r in table["rows"])
     assert all(r["gen_s_doc"] is not None for r in table["rows"])
+    # then the generation rows, in the same JSON and below the training table
+    assert len(doc["generation"]["decode"]) == 12 and doc["generation"]["docs"]["rows"]
+    assert text.index("| sled | booksum |") < text.index("## Decoding") < text.index("## Batched evaluation")
     assert "wrote" in capsys.readouterr().out
+
+
+def test_generation_rows_cover_both_caches_and_beam_counts_with_their_floor_and_the_batched_documents(tmp_path):
+    out = tmp_path / "out"
+    assert gpu_perf.main(["--tiny", "--parts", "decode,docs", "--out", str(out), *FAST_GEN]) == 0
+    doc = json.loads((out / "gpu-perf.json").read_text())
+    assert doc["rows"] == [] and doc["parts"] == ["decode", "docs"]  # no training cell ran
+    gen = doc["generation"]
+    assert gen["skipped"] == [] and gen["failed"] == []
+    rows = gen["decode"]
+    assert [(r["length"], r["beams"], r["cache"]) for r in rows] == [
+        (n, b, c) for n in gpu_perf_generate.TINY_LENGTHS for b in (1, 4) for c in ("dynamic", "static")]
+    config = load_shape("tiny_bart").config
+    for r in rows:
+        assert r["status"] == "ok" and r["new_tokens"] == 2 and r["repeats"] == 2 == len(r["times_s"])
+        assert r["ms_per_token"] > 0 and r["ms_per_token_iqr"] >= 0 and r["compiled_graphs"] == 0  # a CPU: eager
+        f = r["floor"]
+        assert f["floor_ms"] > 0 and f["floor_multiple"] > 0 and f["step_bytes"] > f["weight_bytes"] > 0
+        # beam-shared: the cross-attention keys/values are held once per document at 1 and at 4 beams
+        assert f["cross_attention_measured"] and f["cross_attention_bytes"] == kv_bytes(config, r["length"], 4)
+        assert r["target"]["what"] == ("x floor <= 1.5" if r["length"] == 1024 else f"ms/token <= {2 if r['beams'] == 1 else 3}")
+        assert r["target"]["met"] in (True, False)
+    assert gen["bandwidth"]["bytes_per_s"] > 0
+    docs = gen["docs"]
+    assert docs["documents"] == 3 and len(docs["tokens"]) == 3 and docs["beams"] == 4
+    assert {r["method"] for r in docs["rows"]} == set(gpu_perf_generate.DOC_METHODS)
+    for method in gpu_perf_generate.DOC_METHODS:
+        mine = [r for r in docs["rows"] if r["method"] == method]
+        assert mine[0]["batch"] == 1 and any(r["auto"] for r in mine) and len(mine) >= 3  # 1, fixed, auto
+        assert all(r["docs_per_s"] > 0 and r["same_summaries"] for r in mine)  # fp32: batching keeps the tokens
+        assert method in docs["auto_batch"]
+    assert {s["method"] for s in docs["speedups"]} == set(gpu_perf_generate.DOC_METHODS)
+    text = (out / "gpu-perf.md").read_text()
+    assert text.startswith("# Generation at the GPU's speed")
+    for needle in ("| 64 | 1 | dynamic |", "| 64 | 4 | static |", "| 1,024 | 4 | static |", "floor ms | x floor",
+                   "<= 2 ms/token at 1 beam", "| sled | 1 |", "speed-up"):
+        assert needle in text
+
+
+def test_a_spent_budget_measures_no_generation_row_and_names_each():
+    gen = gpu_perf_generate.measure(True, torch.device("cpu"), deadline=0.0, n_docs=2, log=lambda s: None)
+    assert gen["decode"] == [] and gen["docs"]["rows"] == []
+    assert len(gen["skipped"]) == 3 * 2 * 2 + len(gpu_perf_generate.DOC_METHODS)
+    text = "\n".join(gpu_perf_generate.render(gen))
+    assert "Generation rows not measured" in text and "decode/64/1-beam/dynamic" in text and "docs/sled" in text
+
+
+def test_a_row_whose_timed_runs_would_not_fit_is_skipped_with_its_estimate():
+    model, _ = random_model(load_shape("tiny_bart").config, "sdpa", torch.device("cpu"), torch.float32, seed=0)
+    hidden, mask = torch.randn(1, 16, model.config.d_model), torch.ones(1, 16, dtype=torch.long)
+    budget = gpu_perf_generate.Budget(time.time() + 600)
+    est = gpu_perf_generate.decode_row(model, hidden, mask, 1, "dynamic", new_tokens=2, repeats=10**7,
+                                       bandwidth=None, budget=budget)
+    assert isinstance(est, float) and est > 600
 
 
 def test_a_spent_budget_starts_no_cell_and_says_which_were_skipped(tmp_path):
