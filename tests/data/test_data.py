@@ -438,7 +438,9 @@ def test_collate_shapes_and_padding(tmp_path: Path, tok) -> None:
     d = folder(tmp_path, train=train, validation=train, test=train)
     cfg = local_cfg(tmp_path, d, prefix_field="q", batch_size=2, eval_batch_size=2)
     dm = SummarizationDataModule(cfg, tok)
-    b = next(iter(dm.val_dataloader()))
+    loader = dm.val_dataloader()
+    assert next(iter(loader))["ids"] == ["b", "a"], "evaluation batches documents longest first"
+    b = loader.collate_fn([dm.datasets["validation"][i] for i in (0, 1)])  # the collator, in file order
     assert b["ids"] == ["a", "b"] and b["references"] == [["s"], ["a longer summary"]]
     n0, n1 = (len(tok(r["input"])["input_ids"]) for r in train)
     assert b["input_ids"].shape == (2, n1) and b["input_ids"].dtype == torch.long
