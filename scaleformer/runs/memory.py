@@ -12,22 +12,14 @@ from typing import Any
 import torch
 
 from scaleformer.bench.measure import compute_dtype
-from scaleformer.model.batching import auto_batch
-from scaleformer.ops import compat
-from scaleformer.ops.memory import FUSED_ATTENTION, Shape, device_bytes, training_bytes
+from scaleformer.model.batching import auto_batch, shape_of
+from scaleformer.ops.memory import Shape, device_bytes, training_bytes
 
 log = logging.getLogger("scaleformer")
 
 
 def step_shape(model: torch.nn.Module, precision: str) -> Shape:
-    conf = model.config
-    heads = getattr(conf, "encoder_attention_heads", None) or getattr(conf, "num_heads", 1)
-    return Shape(params=sum(p.numel() for p in model.parameters()), d_model=int(conf.d_model), heads=int(heads),
-                 encoder_layers=int(getattr(conf, "encoder_layers", 0) or conf.num_layers),
-                 decoder_layers=int(getattr(conf, "decoder_layers", 0) or getattr(conf, "num_decoder_layers", 0)
-                                    or conf.num_layers),
-                 vocab=int(conf.vocab_size), act_bytes=compute_dtype(precision).itemsize,
-                 fused_attention=compat.attn_impl(model) in FUSED_ATTENTION)
+    return shape_of(model, compute_dtype(precision).itemsize)
 
 
 def choose_checkpointing(method: Any, model: torch.nn.Module, precision: str, device: torch.device, longest: int,
