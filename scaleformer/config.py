@@ -174,8 +174,7 @@ class GenerationConfig:
     # The decoder's self-attention keys/values in one buffer sized for the whole decode, written in place
     # (transformers' StaticCache; scaleformer/ops/static_decoding.py): the same tokens as the dynamic cache.
     static_cache: bool = runtime(False)
-    # With static_cache, on a GPU: let transformers compile the decoding step (torch.compile
-    # "reduce-overhead", a CUDA graph). Off: the static cache runs eager; a CPU always runs eager.
+    # With static_cache, on a GPU: transformers compiles the decoding step (a CUDA graph); a CPU runs eager.
     compile: bool = runtime(False)
 
     def __post_init__(self) -> None:
