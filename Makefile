@@ -19,7 +19,7 @@ LAUNCHER ?=
 LAUNCHER_ARGS ?=
 METHODS ?=
 YES     ?=
-REPRO   = $(PY) scripts/reproduce.py --profile $(PROFILE) $(if $(FORCE),--force) $(if $(YES),--yes) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(foreach a,$(LAUNCHER_ARGS),--launcher-arg $(a)) $(if $(METHODS),--methods $(METHODS))
+REPRO   = $(PY) scripts/reproduce.py --profile $(PROFILE) $(if $(FORCE),--force) $(if $(YES),--yes) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(foreach a,$(LAUNCHER_ARGS),--launcher-arg $(a)) $(if $(METHODS),--methods $(METHODS)) $(if $(OUT_DIR),--out-dir $(OUT_DIR))
 
 .PHONY: setup check-lock lock run default-results test test-all test-kernels test-compat lint clean table1 table2 table_qa figure2 bench bench-step bench-compare gpu-check gpu-perf wheels
 
@@ -71,7 +71,7 @@ COMPAT ?= newest lowest
 test-compat: setup  ## the compat tier in throwaway venvs per transformers release (COMPAT="newest lowest 5.20.0")
 	$(PY) scripts/compat_check.py $(COMPAT)
 
-table1: setup       ## results/table1.{md,csv,tex}  (PROFILE=paper|dryrun|tiny|smoke, FORCE=1, METHODS=all, YES=1, LAUNCHER=slurm LAUNCHER_ARGS="hydra.launcher.partition=gpu")
+table1: setup       ## results/table1.{md,csv,tex}  (PROFILE=paper|dryrun|tiny|smoke, FORCE=1, METHODS=all, OUT_DIR=dir, YES=1, LAUNCHER=slurm LAUNCHER_ARGS="hydra.launcher.partition=gpu")
 	$(REPRO) table1
 
 table2: setup       ## results/table2.{md,csv,tex}

@@ -2,10 +2,15 @@
 
     .venv/bin/python scripts/qa_by_window.py results/tiny/runs/ledgersqa-*
     .venv/bin/python scripts/qa_by_window.py results/tiny/runs/ledgersqa-* --out results/tiny/table_qa_by_window.json
+    .venv/bin/python scripts/qa_by_window.py results/tiny/runs/ledgersqa-{truncation,sled}-* --paired truncation
 
 Why: the table's EM and F1 mix answers a first-window reader can see with ones it can only guess.
 Split by where the answer lies (after the question, in the backbone's window), a method that reads
-past the window shows it on the ``past`` answers. Each run's own config names its data files.
+past the window shows it on the ``past`` answers. Each run's own config names its data files. Several
+runs of one method (seeds) are averaged. ``--paired BASE`` tests each method's EM and F1 against BASE's
+on each subset of the test split, paired on the questions (and over seeds where both have the same
+several: scaleformer.metrics.stats.seeds_paired), Holm-corrected over those tests: a subset chosen after
+the table, so a finding to follow up, not a claim of the table.
 """
 
 from __future__ import annotations
@@ -47,12 +52,14 @@ def _inside_by_id(data_file: Path, backbone: Any) -> dict[str, bool]:
     return _INSIDE[key]
 
 
-def run_scores(run_dir: Path) -> tuple[str, dict[str, dict[str, dict[str, float]]]]:
-    """(method option, split -> inside/past -> n, exact_match, f1) from a run's newest evaluation."""
+def run_scores(run_dir: Path, per_question: dict[str, list[dict[str, Any]]] | None = None
+               ) -> tuple[str, dict[str, dict[str, dict[str, float]]]]:
+    """(method option, split -> inside/past -> n, exact_match, f1) from a run's newest evaluation;
+    ``per_question`` (split -> rows) receives each question's id, ``inside``, EM and F1."""
     from omegaconf import OmegaConf
 
     from scaleformer.data.sources import SyntheticSource
-    from scaleformer.metrics.answers import scores_by_window
+    from scaleformer.metrics.answers import answer_scores, scores_by_window
     from scaleformer.runs.context import to_config
 
     rc = to_config(OmegaConf.load(run_dir / "config.yaml"))
@@ -68,14 +75,58 @@ def run_scores(run_dir: Path) -> tuple[str, dict[str, dict[str, dict[str, float]
         preds = [json.loads(line) for line in pred_file.read_text(encoding="utf-8").splitlines()]
         inside = [inside_by_id[p["id"]] for p in preds]
         out[split] = scores_by_window([p["prediction"] for p in preds], [p["reference"] for p in preds], inside)
+        if per_question is not None:
+            rows = [{"id": p["id"], "inside": f} for p, f in zip(preds, inside)]
+            answer_scores([p["prediction"] for p in preds], [p["reference"] for p in preds], rows)
+            per_question[split] = rows
     written = json.loads(evals[-1].read_text(encoding="utf-8"))["method"]
     return str(written.get("option") or written["name"]), out
+
+
+def _mean(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each split's inside/past scores averaged over a method's seeds (the question counts are shared)."""
+    return {split: {part: {k: (v if k == "n" else sum(s[split][part][k] for s in per_seed) / len(per_seed))
+                           for k, v in per_seed[0][split][part].items()} for part in per_seed[0][split]}
+            for split in per_seed[0]}
+
+
+def _grid(runs: list[dict[str, list[dict[str, Any]]]], split: str, metric: str, ids: list[str]) -> list[list[float]]:
+    """``[seeds, questions]`` scores of one metric on the questions ``ids``."""
+    by_id = [{r["id"]: r[metric] for r in run[split]} for run in runs]
+    return [[seed[i] for i in ids] for seed in by_id]
+
+
+def paired_by_window(questions: dict[str, list[dict[str, list[dict[str, Any]]]]], base: str,
+                     split: str = "test") -> list[dict[str, Any]]:
+    """Each method minus ``base`` on the inside and past questions of ``split``, EM and F1, Holm-corrected
+    over these tests. ``questions``: method -> its seeds' per-question rows by split."""
+    from scaleformer.metrics.stats import holm, paired, seeds_paired
+
+    if base not in questions:
+        raise SystemExit(f"error: --paired {base}: no run of {base} among the runs given")
+    tests = []
+    for method, seeds in questions.items():
+        if method == base:
+            continue
+        for part, flag in (("inside", True), ("past", False)):
+            ids = sorted(r["id"] for r in seeds[0][split] if r["inside"] == flag)
+            for metric in ("exact_match", "f1"):
+                mine, theirs = (_grid(runs, split, metric, ids) for runs in (seeds, questions[base]))
+                p = (seeds_paired(mine, theirs) if len(mine) == len(theirs) >= 2 else
+                     paired([sum(c) / len(c) for c in zip(*mine)], [sum(c) / len(c) for c in zip(*theirs)]))
+                tests.append({"method": method, "subset": part, "metric": metric, "n": len(ids),
+                              "seeds": [len(mine), len(theirs)], "diff": p.diff, "low": p.low, "high": p.high,
+                              "p": p.p_value, "test": p.test_method})
+    for t, adjusted in zip(tests, holm([t["p"] for t in tests])):
+        t["p_holm"] = adjusted
+    return tests
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run folders (results/<profile>/runs/ledgersqa-*)")
     ap.add_argument("--out", type=Path, help="also write the scores as JSON (method -> split -> inside/past)")
+    ap.add_argument("--paired", metavar="BASE", help="test each method against BASE on each subset (test split)")
     args = ap.parse_args(argv)
     if args.out:  # before anything is read: the scores must not replace a run's own files
         from scaleformer.errors import ConfigError
@@ -88,14 +139,29 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as e:
             raise SystemExit(f"error: {e}") from None
     print("| method | split | inside: n | EM | F1 | past: n | EM | F1 |\n|---|---|---|---|---|---|---|---|")
-    written: dict[str, Any] = {}
+    by_method: dict[str, list[tuple[str, Any]]] = {}
+    questions: dict[str, list[dict[str, list[dict[str, Any]]]]] = {}
     for run in args.runs:
-        method, scores = run_scores(run)
-        written[method] = {"run": run.name, **scores}
+        rows: dict[str, list[dict[str, Any]]] = {}
+        method, scores = run_scores(run, rows)
+        by_method.setdefault(method, []).append((run.name, scores))
+        questions.setdefault(method, []).append(rows)
+    written: dict[str, Any] = {}
+    for method, runs in by_method.items():
+        scores = _mean([s for _, s in runs])
+        written[method] = {"run": ";".join(name for name, _ in runs), "n_seeds": len(runs), **scores}
         for split, s in scores.items():
             i, p = s["inside"], s["past"]
             print(f"| {method} | {split} | {i['n']} | {i['exact_match']:.1f} | {i['f1']:.1f} "
                   f"| {p['n']} | {p['exact_match']:.1f} | {p['f1']:.1f} |")
+    if args.paired:
+        tests = paired_by_window(questions, args.paired)
+        print(f"\nminus {args.paired}, test split, Holm over these {len(tests)} tests:")
+        for t in tests:
+            print(f"{t['method']} {t['subset']} ({t['n']} questions, seeds {t['seeds'][0]}/{t['seeds'][1]}) "
+                  f"{t['metric']}: {t['diff']:+.1f} [{t['low']:+.1f}, {t['high']:+.1f}] p={t['p']:.2g} "
+                  f"Holm p={t['p_holm']:.2g} ({t['test']})")
+        written["paired"] = {"base": args.paired, "split": "test", "tests": tests}
     if args.out:
         from scaleformer.io import atomic_write_json
 

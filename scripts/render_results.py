@@ -98,11 +98,12 @@ def render_default_town() -> str:
 
 # ---- the tiny tables ----------------------------------------------------------------------------
 
-def _table(artifact: str) -> tuple[dict[str, Any], list[dict[str, str]]]:
+def _table(artifact: str, sub: str = "") -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """An artifact's tiny CSV and spec; ``sub``: a few rows rendered apart (``--out-dir results/tiny/<sub>``)."""
     from scaleformer.artifacts.grid import load_spec
     from scaleformer.resources import experiments_dir
 
-    path = RESULTS / "tiny" / f"{artifact}.csv"
+    path = RESULTS / "tiny" / sub / f"{artifact}.csv"
     try:
         rows = list(csv.DictReader(path.open(encoding="utf-8")))
     except OSError as e:
@@ -128,24 +129,26 @@ def _value(rows: list[dict[str, str]], split: str, method: str, dataset: str, me
     return None if r is None else r["ours"]
 
 
-def _provenance(artifact: str, rows: list[dict[str, str]]) -> str:
+def _provenance(artifact: str, rows: list[dict[str, str]], sub: str = "") -> str:
     commits = sorted({_commit(c) for r in rows for c in (r.get("commit") or "").split(";") if c})
-    return (f"From `results/tiny/{artifact}.csv` (`make {artifact} PROFILE=tiny`; runs at commit "
+    where = f"results/tiny/{sub}/" if sub else "results/tiny/"
+    rows_of = f" METHODS={','.join(dict.fromkeys(r['method'] for r in rows))} OUT_DIR={where[:-1]}" if sub else ""
+    return (f"From `{where}{artifact}.csv` (`make {artifact} PROFILE=tiny{rows_of}`; runs at commit "
             f"{', '.join(commits) or 'unknown'}).")
 
 
-def render_table(artifact: str, split: str, metrics: list[str]) -> str:
+def render_table(artifact: str, split: str, metrics: list[str], sub: str = "") -> str:
     from scaleformer.artifacts.grid import column_label
 
-    spec, rows = _table(artifact)
+    spec, rows = _table(artifact, sub)
     cols = [(ds, m) for ds in spec["datasets"] for m in metrics]
     head = [f"{column_label(spec, 'tiny', ds).removeprefix('synthetic ')} {LABELS[m]}" if len(spec["datasets"]) > 1
             else LABELS[m] for ds, m in cols]
     from scaleformer.artifacts.grid import baseline, seeds
-    from scaleformer.artifacts.significance import caption, cell_text
+    from scaleformer.artifacts.significance import cell_text, seed_counts, table_caption
 
     lines = [f"| {split} | {' | '.join(head)} |", "|---|" + "---|" * len(cols)]
-    for method in spec["methods"]:
+    for method in (m for m in spec["methods"] if any(r["method"] == m for r in rows)):
         lines.append(f"| {spec['method_labels'].get(method, method)} | "
                      + " | ".join(cell_text(_row(rows, split, method, ds, m) or {}) for ds, m in cols) + " |")
     ceiling = spec.get("ceiling_metric", "fact_recall")
@@ -156,8 +159,10 @@ def render_table(artifact: str, split: str, metrics: list[str]) -> str:
     base = baseline(spec)
     n_docs = sorted({r["n_docs"] for r in rows if r["split"] == split and r.get("n_docs")})
     # the seeds the committed cells rest on (the spec may list more than were run when the CSV was written)
-    n_seeds = max((int(r["n_seeds"]) for r in rows if r.get("n_seeds")), default=len(seeds(spec, "tiny")))
-    return (_provenance(artifact, rows) + f" {caption(base, spec['method_labels'].get(base, base) if base else '', range(n_seeds))}"
+    counts = seed_counts([r for r in rows if r["method"] != CEILING])
+    text = table_caption(base, spec["method_labels"].get(base, base) if base else "", counts, spec["method_labels"],
+                         len(seeds(spec, "tiny")))
+    return (_provenance(artifact, rows, sub) + f" {text}"
             + (f" {'/'.join(n_docs)} documents per cell." if n_docs else "") + "\n\n" + "\n".join(lines))
 
 
@@ -200,13 +205,13 @@ def render_table1_reading() -> str:
             f"Neither (some difference not shown, or mixed): {'; '.join(groups['mixed']) or 'none'}.")
 
 
-def render_table_qa_reading() -> str:
+def render_table_qa_reading(sub: str = "") -> str:
     """The held-out QA test: each method's EM and F1 minus truncation's with their paired intervals. The
     table's Holm-corrected paired tests decide the words, metric by metric: a method is grouped by what
     the test found on each ("higher", "lower" or "no difference shown"), never by a sign alone."""
     from scaleformer.artifacts.significance import MARK
 
-    spec, rows = _table("table_qa")
+    spec, rows = _table("table_qa", sub)
     (ds,) = spec["datasets"]
     base = spec.get("baseline", "truncation")
     metrics = ("exact_match", "f1")
@@ -287,12 +292,27 @@ def render_figure2() -> str:
     lines = [f"| sweep | value | {LABELS[spec['metric']]} |" + (f" {LABELS[extra]} |" if extra else ""),
              "|---|---|---|" + ("---|" if extra else "")]
     for r in rows:
-        lines.append(f"| {r['sweep']} | {r['value']} | {_fmt(float(r['ours']) if r['ours'] else None)} |"
-                     + (f" {_fmt(float(r[extra]) if r[extra] else None)} |" if extra else ""))
+        lines.append(f"| {r['sweep']} | {r['value']} | {_point(r, 'ours', 'ci')} |"
+                     + (f" {_point(r, extra, extra + '_ci')} |" if extra else ""))
     commits = sorted({_commit(r["commit"]) for r in rows if r.get("commit")})
+    n = sorted({r["n_docs"] for r in rows if r.get("n_docs")})
+    ci = (f" Each value with its 95% interval over the {'/'.join(n)} dev ledgers (one training per point, so "
+          "the documents' noise only, not a seed's; `±h` its half-width, `[lo, hi]` where its sides differ)."
+          if n else " No intervals: these runs wrote no per-document scores.")
     return (f"From `results/tiny/figure2.csv` (`make figure2 PROFILE=tiny`; runs at commit {', '.join(commits)}): "
             f"ScaleFormer + Middle on the synthetic 2.5k dev ledgers, one training per point, the other settings at "
-            f"their defaults.\n\n" + "\n".join(lines))
+            f"their defaults.{ci}\n\n" + "\n".join(lines))
+
+
+def _point(r: dict[str, str], col: str, ci: str) -> str:
+    """A figure point's value with its interval where the CSV has one."""
+    from scaleformer.artifacts.significance import interval_text
+
+    if not r.get(col):
+        return _fmt(None)
+    if not r.get(f"{ci}_low"):
+        return _fmt(float(r[col]))
+    return f"{_fmt(float(r[col]))} {interval_text(float(r[col]), float(r[f'{ci}_low']), float(r[f'{ci}_high']))}"
 
 
 def render_qa_by_window() -> str:
@@ -332,6 +352,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "table_qa-tiny-test": lambda: render_table("table_qa", "test", ["exact_match", "f1"]),
     "table_qa-by-window": render_qa_by_window,
     "table_qa-tiny-reading": render_table_qa_reading,
+    "table_qa-seeds-test": lambda: render_table("table_qa", "test", ["exact_match", "f1"], "table_qa_seeds"),
+    "table_qa-seeds-reading": lambda: render_table_qa_reading("table_qa_seeds"),
     "table1-tiny-power": lambda: render_detectable("table1", "rouge1"),
     "table_qa-tiny-power": lambda: render_detectable("table_qa", "exact_match"),
     "selector-picks": render_selector_picks,

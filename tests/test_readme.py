@@ -54,6 +54,8 @@ COVERAGE: list[tuple[str, str, str]] = [
     (r"^make (table1|table2|figure2|table_qa) PROFILE=smoke$", "test",
      "tests/artifacts/test_tables.py::test_smoke_profile_runs_the_grid_and_renders_it"),
     (r"^make (table1|table2|figure2|table_qa) PROFILE=tiny$", "long", "results/tiny/"),
+    (r"^make table_qa METHODS=truncation,sled OUT_DIR=results/tiny/table_qa_seeds$", "long",
+     "results/tiny/table_qa_seeds/"),
     (r"^make (table1|table2|figure2|table_qa) PROFILE=dryrun$", "test",
      "tests/artifacts/test_dryrun.py::test_one_dryrun_cell_at_bart_base_shape"),
     (r"^make table1 LAUNCHER=slurm", "gpu", "a SLURM cluster of GPUs"),

@@ -79,9 +79,13 @@ def profile_metrics(spec: dict[str, Any], profile: str) -> list[str]:
     return [*base, *check_profile(spec, profile).get("extra_metrics", [])]
 
 
-def seeds(spec: dict[str, Any], profile: str) -> list[int | None]:
-    """The seeds each cell runs with: the profile's ``seeds``, else the spec's, else the config's one."""
-    listed = check_profile(spec, profile).get("seeds", spec.get("seeds"))
+def seeds(spec: dict[str, Any], profile: str, method: str | None = None) -> list[int | None]:
+    """The seeds each cell runs with: the profile's ``method_seeds`` for ``method`` (a few rows trained
+    several times, where a whole table's would cost too much), else the profile's ``seeds``, else the
+    spec's, else the config's one."""
+    prof = check_profile(spec, profile)
+    listed = prof.get("method_seeds", {}).get(method) if method is not None else None
+    listed = listed or prof.get("seeds", spec.get("seeds"))
     return list(listed) if listed else [None]
 
 
@@ -148,8 +152,9 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
         raise ValueError(f"profiles.{profile}.share_training={shared!r}: not one of the columns {spec['datasets']}")
     for ds in spec["datasets"]:
         data = [f"data={prof['data'][ds]}", *prof.get("data_overrides", {}).get(ds, [])]
-        for seed in seeds(spec, profile):
-            for m in select_methods(spec, methods):
+        rows = select_methods(spec, methods)
+        for seed in dict.fromkeys(s for m in rows for s in seeds(spec, profile, m)):
+            for m in (m for m in rows if seed in seeds(spec, profile, m)):
                 # A method's own settings go before its group choice, which stays last (multiruns sweep it);
                 # Hydra applies value overrides after the group choices whatever their order.
                 own = [*([f"seed={seed}"] if seed is not None else []), *prof.get("method_overrides", {}).get(m, [])]

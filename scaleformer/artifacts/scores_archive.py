@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from scaleformer.artifacts.significance import annotate, read_scores
+from scaleformer.artifacts.significance import annotate, point_fields, read_scores
 from scaleformer.io import atomic_write_text, iter_jsonl
 
 # what annotate computes and the CSV keeps: recomputed and compared
@@ -39,7 +39,7 @@ def archive(spec: dict[str, Any], rows: list[dict[str, Any]], result_dirs: dict[
     for r in rows:
         if r.get("status") != "ok" or not r.get("run_id"):
             continue
-        split = spec["splits"][r["split"]]
+        split = spec["splits"][r["split"]] if "splits" in spec else spec["split"]  # a table's; a figure's one
         for run_id, evaluation in _runs(r):
             target = dest / run_id / evaluation / f"scores_{split}.jsonl"
             if target in written or run_id not in result_dirs:
@@ -50,6 +50,19 @@ def archive(spec: dict[str, Any], rows: list[dict[str, Any]], result_dirs: dict[
             atomic_write_text(target, "".join(json.dumps(s, sort_keys=True) + "\n" for s in scores.values()))
             written.add(target)
     return len(written)
+
+
+def _archived(scores_dir: Path, row: dict[str, Any], split: str, name: str,
+              problems: list[str]) -> list[dict[str, dict[str, Any]]] | None:
+    """Each seed's archived scores of a CSV row (None, with a problem line, where one is missing)."""
+    per_seed = []
+    for run_id, evaluation in _runs(row):
+        path = scores_dir / run_id / evaluation / f"scores_{split}.jsonl"
+        if not path.exists():
+            problems.append(f"{name}: {path} is missing (a cell's scores are not archived)")
+            return None
+        per_seed.append({str(s["id"]): s for _, s in iter_jsonl(path)})
+    return per_seed
 
 
 def _value(x: Any) -> Any:
@@ -80,15 +93,8 @@ def recheck(spec: dict[str, Any], csv_path: Path, scores_dir: Path) -> list[str]
         key = (r["split"], r["method"], r["dataset"])
         if r["status"] != "ok" or not r["run_id"] or key in scores:
             continue
-        split = spec["splits"][r["split"]]
-        per_seed = []
-        for run_id, evaluation in _runs(r):
-            path = scores_dir / run_id / evaluation / f"scores_{split}.jsonl"
-            if not path.exists():
-                problems.append(f"{csv_path.name}: {path} is missing (a cell's scores are not archived)")
-                break
-            per_seed.append({str(s["id"]): s for _, s in iter_jsonl(path)})
-        else:
+        per_seed = _archived(scores_dir, r, spec["splits"][r["split"]], csv_path.name, problems)
+        if per_seed is not None:
             scores[key] = per_seed
     fresh = [{"split": r["split"], "method": r["method"], "dataset": r["dataset"], "metric": r["metric"],
               "ours": _value(r["ours"])} for r in table]
@@ -107,12 +113,33 @@ def recheck(spec: dict[str, Any], csv_path: Path, scores_dir: Path) -> list[str]
     return problems
 
 
+def recheck_figure(spec: dict[str, Any], csv_path: Path, scores_dir: Path) -> list[str]:
+    """A figure's points (each plotted metric's mean and interval) recomputed from ``scores_dir`` alone."""
+    problems = []
+    for r in csv.DictReader(csv_path.open()):
+        if r["status"] != "ok" or not r.get("evaluation"):
+            continue
+        per_seed = _archived(scores_dir, r, spec["split"], csv_path.name, problems)
+        if per_seed is None:
+            continue
+        extra = [k.removesuffix("_ci_low") for k in r if k.endswith("_ci_low") and k != "ci_low"]
+        for k, v in point_fields(spec["metric"], extra, per_seed).items():
+            if _differs(_value(r.get(k, "")), v):
+                problems.append(f"{csv_path.name}: {r['sweep']}={r['value']}: {k} is {r.get(k)!r} in the CSV, "
+                                f"{v!r} from the archived scores")
+    return problems
+
+
 def recheck_all(tables: Path) -> list[str]:
-    """Every table under ``tables`` with archived scores (``scores/<artifact>/``), rechecked."""
+    """Every table with archived scores (``scores/<artifact>/``) in ``tables`` or one folder below it (a
+    table of a few rows rendered apart, e.g. ``table_qa_seeds/``), rechecked."""
     from scaleformer.artifacts.grid import load_spec
     from scaleformer.resources import experiments_dir
 
     problems = []
-    for folder in sorted((tables / "scores").glob("*")):
-        problems += recheck(load_spec(experiments_dir() / f"{folder.name}.yaml"), tables / f"{folder.name}.csv", folder)
+    for folder in sorted([*(tables / "scores").glob("*"), *tables.glob("*/scores/*")]):
+        if folder.is_dir():
+            spec = load_spec(experiments_dir() / f"{folder.name}.yaml")
+            check = recheck_figure if "sweeps" in spec else recheck
+            problems += check(spec, folder.parent.parent / f"{folder.name}.csv", folder)
     return problems

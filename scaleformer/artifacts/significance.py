@@ -116,6 +116,38 @@ def _shared_ids(seed_scores: Sequence[dict[str, dict[str, Any]]]) -> list[str]:
     return sorted(ids)
 
 
+def scores_interval(seed_scores: Sequence[dict[str, dict[str, Any]]], metric: str
+                    ) -> tuple[Interval, dict[str, Any]] | None:
+    """The interval of one metric over the documents every seed scored (with ``n_docs``, ``n_seeds`` and
+    what :func:`cell_interval` adds), or None where a document lacks the metric: a table cell's, a
+    figure point's."""
+    ids = _shared_ids(seed_scores) if seed_scores else []
+    values = _matrix(seed_scores, metric, ids) if ids else None
+    if values is None:
+        return None
+    ci, extra = cell_interval(values, metric)
+    return ci, {"n_docs": len(ids), "n_seeds": len(seed_scores), **extra}
+
+
+def point_fields(metric: str, extra: Sequence[str], seed_scores: Sequence[dict[str, dict[str, Any]]]
+                 ) -> dict[str, Any]:
+    """A figure point's numbers from its seeds' per-document scores: ``metric``'s mean (``ours``) and
+    interval, and each ``extra`` metric's mean and interval (``<m>``, ``<m>_ci_low``, ``<m>_ci_high``)."""
+    out: dict[str, Any] = {}
+    for m in (metric, *extra):
+        got = scores_interval(seed_scores, m)
+        if got is None:
+            continue
+        ci, info = got
+        mean = sum(sum(d[m] for d in s.values()) / len(s) for s in seed_scores) / len(seed_scores)
+        if m == metric:
+            out.update(ours=mean, ci_low=ci.low, ci_high=ci.high, ci_method=ci.method, n_docs=info["n_docs"],
+                       n_seeds=info["n_seeds"])
+        else:
+            out.update({m: mean, f"{m}_ci_low": ci.low, f"{m}_ci_high": ci.high})
+    return out
+
+
 def annotate(rows: list[dict[str, Any]], scores: dict[tuple[str, str, str], list[dict[str, dict[str, Any]]]],
              baseline: str | None, family: str = FAMILY) -> None:
     """Add to each table row (``split``, ``method``, ``dataset``, ``metric``, ``ours``) its interval and,
@@ -135,13 +167,13 @@ def annotate(rows: list[dict[str, Any]], scores: dict[tuple[str, str, str], list
         seed_scores = scores.get((r["split"], r["method"], r["dataset"]))
         if r["ours"] is None or not seed_scores:
             continue
-        ids = _shared_ids(seed_scores)
-        values = _matrix(seed_scores, r["metric"], ids) if ids else None
-        if values is None:
+        got = scores_interval(seed_scores, r["metric"])
+        if got is None:
             continue
-        ci, extra = cell_interval(values, r["metric"])
-        r.update(ci_low=ci.low, ci_high=ci.high, ci_method=ci.method, n_docs=len(ids), n_seeds=len(seed_scores),
-                 **extra)
+        ci, extra = got
+        r.update(ci_low=ci.low, ci_high=ci.high, ci_method=ci.method, **extra)
+        ids = _shared_ids(seed_scores)
+        values = _matrix(seed_scores, r["metric"], ids)
         base = scores.get((r["split"], baseline, r["dataset"])) if baseline and r["method"] != baseline else None
         if not base:
             continue
@@ -200,6 +232,36 @@ def caption(baseline: str | None, label: str, seeds: Sequence[Any], family: str 
         text += (f" `{MARK}`: {what} from {label}'s (paired on the same documents; Holm-corrected over the "
                  f"{family} split's comparisons, p < {ALPHA}; other splits are for choosing and get no mark); "
                  "no mark: no difference shown.")
+    return text
+
+
+def seed_counts(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """method -> the seeds its cells rest on (the most over its cells; rows without scores left out)."""
+    out: dict[str, int] = {}
+    for r in rows:
+        if r.get("n_seeds"):
+            out[r["method"]] = max(out.get(r["method"], 0), int(r["n_seeds"]))
+    return out
+
+
+def table_caption(baseline: str | None, label: str, counts: dict[str, int], labels: dict[str, str],
+                  default: int = 1, family: str = FAMILY) -> str:
+    """:func:`caption` for a table whose rows may rest on different numbers of seeds (``counts``, from
+    :func:`seed_counts`; ``default`` where no row has scores): each row's intervals and marks say what
+    they rest on."""
+    ns = set(counts.values()) or {default}
+    if len(ns) == 1:
+        return caption(baseline, label, range(ns.pop()), family)
+    several = ", ".join(f"{labels.get(m, m)} {n}" for m, n in counts.items() if n > 1)
+    text = (f"Seeds differ by row ({several}; the other rows 1): a row with several seeds has intervals over "
+            "seeds and documents (two levels, Student's t); a row with one, over documents only (t below 20 "
+            "documents, Clopper-Pearson for a share of 0/1 outcomes, BCa otherwise); `±h` is the half-width, "
+            "`[lo, hi]` where its sides differ.")
+    if baseline:
+        text += (f" `{MARK}`: a difference from {label}'s (paired on the same documents; Holm-corrected over the "
+                 f"{family} split's comparisons, p < {ALPHA}; other splits are for choosing and get no mark): the "
+                 "methods differ over seeds where both rows have the same several seeds, these trained "
+                 "checkpoints differ elsewhere; no mark: no difference shown.")
     return text
 
 

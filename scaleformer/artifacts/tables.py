@@ -35,7 +35,15 @@ from scaleformer.artifacts.grid import (
     truncation_ceilings,
 )
 from scaleformer.artifacts.scores_archive import archive
-from scaleformer.artifacts.significance import MARK, annotate, caption, cell_text, read_scores
+from scaleformer.artifacts.significance import (
+    MARK,
+    annotate,
+    cell_text,
+    point_fields,
+    read_scores,
+    seed_counts,
+    table_caption,
+)
 from scaleformer.io import atomic_write_bytes, atomic_write_text
 from scaleformer.runs.results import FILE as RESULTS_FILE
 from scaleformer.runs.results import Results
@@ -179,12 +187,14 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: 
     has_paper = bool(spec.get("paper"))
     base = spec.get("baseline")
     # the seeds the cells rest on (a spec's list may be longer than what has run)
-    ran = max((int(r["n_seeds"]) for r in rows if r.get("n_seeds")), default=len(seeds(spec, profile)))
+    counts = seed_counts([r for r in rows if r["method"] != CEILING])
+    seeds_text = table_caption(base, spec["method_labels"].get(base, base) if base else "", counts,
+                               spec["method_labels"], len(seeds(spec, profile)))
     stand_in = bool(renamed)  # other data (and model) than the paper's: its value is context, not a target
     lines = [f"# {title(spec, profile)}", "",
              ("Each cell: ours (paper, ours - paper). " if has_paper and not stand_in else
               "Each cell: ours (the paper's value, from another model on other data: not comparable, so no "
-              "difference is taken). " if has_paper else "Each cell: ours (no paper reports this table). ") + caption(base, spec["method_labels"].get(base, base) if base else "", range(ran))
+              "difference is taken). " if has_paper else "Each cell: ours (no paper reports this table). ") + seeds_text
              + " `–`: no number (see status below). dev = validation "
              "split; test = test split (scored locally only where references are public)"
              + (f"; choices were made on {spec['tuning_split']} only" if spec.get("tuning_split") else "") + ".", ""]
@@ -302,13 +312,22 @@ def build_figure(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
             return None if None in vals else sum(vals) / len(vals)
 
         paper = (spec.get("paper", {}).get(key) or {}).get(value)
-        rows.append({"sweep": key, "key": spec["sweeps"][key]["key"], "value": value,
-                     "ours": mean(spec["metric"]), "paper": _num(paper),
-                     **{metric: mean(metric) for metric in extra},
-                     "status": "ok" if mean(spec["metric"]) is not None else "missing",
-                     "run_id": ";".join(c.run_id or "" for c in group),
-                     "commit": ";".join(dict.fromkeys(r.commit for r in results if r)),
-                     "seeds": ";".join(str(c.seed) for c in group if c.seed is not None)})
+        row = {"sweep": key, "key": spec["sweeps"][key]["key"], "value": value,
+               "ours": mean(spec["metric"]), "paper": _num(paper),
+               **{metric: mean(metric) for metric in extra},
+               "status": "ok" if mean(spec["metric"]) is not None else "missing",
+               "run_id": ";".join(c.run_id or "" for c in group),
+               "evaluation": ";".join(c.result_dir.name if c.result_dir else "" for c in group),
+               "commit": ";".join(dict.fromkeys(r.commit for r in results if r)),
+               "seeds": ";".join(str(c.seed) for c in group if c.seed is not None),
+               "ci_low": None, "ci_high": None, "ci_method": None, "n_docs": None, "n_seeds": None,
+               **{f"{m}_{end}": None for m in extra for end in ("ci_low", "ci_high")}}
+        # the point's interval from its runs' per-document scores (none where a run wrote none)
+        seed_scores = [read_scores(c.result_dir, spec["split"]) for c in group]
+        if row["status"] == "ok" and all(seed_scores):
+            row.update({k: v for k, v in point_fields(spec["metric"], extra, seed_scores).items()
+                        if k != "ours" and k not in extra})
+        rows.append(row)
     panels = [spec["metric"], *extra]  # one row of panels per metric
     labels = spec.get("metric_labels", {})
     fig, axes = plt.subplots(len(panels), len(spec["sweeps"]), squeeze=False,
@@ -321,6 +340,12 @@ def build_figure(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
             paper = [(r["value"], r["paper"]) for r in pts if r["paper"] is not None] if col == "ours" else []
             if ours:
                 ax.plot(*zip(*ours), "o-", label=f"ours ({profile})")
+            lo, hi = ("ci_low", "ci_high") if col == "ours" else (f"{metric}_ci_low", f"{metric}_ci_high")
+            bars = [r for r in pts if r[col] is not None and r[lo] is not None]
+            if bars:  # the 95% interval of each point (scaleformer.artifacts.significance.point_fields)
+                ax.errorbar([r["value"] for r in bars], [r[col] for r in bars], fmt="none", capsize=2, color="C0",
+                            yerr=[[r[col] - r[lo] for r in bars], [r[hi] - r[col] for r in bars]],
+                            label="95% interval")
             if paper:
                 ax.plot(*zip(*paper), "s", color="black", fillstyle="none", label="paper (stated in text)")
             ax.set_title(sweep["label"])
@@ -334,5 +359,7 @@ def build_figure(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
     fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)
     name = spec["artifact"]
+    archive(spec, rows, {c.run_id: c.result_dir for c in cells if c.run_id and c.result_dir},
+            out_dir / "scores" / name)
     return {"png": atomic_write_bytes(out_dir / f"{name}.png", buf.getvalue()),
             "csv": atomic_write_text(out_dir / f"{name}.csv", render_csv(rows))}

@@ -58,3 +58,12 @@ def test_a_missing_score_file_is_named(tmp_path):
     victim.unlink()
     problems = scores_archive.recheck(spec, csv_path, archived)
     assert any(str(victim) in p and "is missing" in p for p in problems)
+
+
+def test_recheck_all_finds_a_table_rendered_one_folder_down(tmp_path):
+    """A few rows rendered apart (``--out-dir results/tiny/<name>``) are rechecked with the rest."""
+    spec, csv_path, archived = _table(tmp_path)  # the table in tmp_path/out/
+    assert scores_archive.recheck_all(tmp_path) == []
+    victim = sorted(archived.rglob("scores_test.jsonl"))[0]
+    victim.write_text(victim.read_text().replace('"rouge1": ', '"rouge1": 1', 1))
+    assert any(p.startswith("table2.csv: test") for p in scores_archive.recheck_all(tmp_path))

@@ -98,6 +98,40 @@ def test_figure_written_and_not_empty(tmp_path):
     assert len(rows) == 1 + len(cells)
 
 
+def test_figure_points_get_intervals_from_their_scores_and_are_rechecked(tmp_path):
+    import csv
+
+    from scaleformer.artifacts import scores_archive
+    from scaleformer.metrics.stats import mean_ci
+
+    spec = SPECS["figure2"]
+    cells = grid.expand_grid(spec, "tiny")
+    grid.resolve_run_ids(cells, tmp_path / "runs")
+    for c in cells[:3]:
+        per_doc = [20.0 + 3 * i + float(c.value) for i in range(24)]
+        rows = [{"id": f"d{i:02d}", "rougeL": v, "fact_field_recall": v / 2} for i, v in enumerate(per_doc)]
+        mean = sum(per_doc) / len(per_doc)
+        c.result_dir.mkdir(parents=True)
+        (c.result_dir / "metrics.json").write_text(json.dumps({
+            "run_id": c.run_id, "config_hash": "abc", "commit": "deadbeef",
+            "splits": {"validation": {"rougeL": mean, "fact_field_recall": mean / 2, "n_examples": 24}}}))
+        (c.result_dir / "scores_validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    paths = tables.build_figure(spec, "tiny", tmp_path / "runs", out)
+    got = list(csv.DictReader(paths["csv"].open()))
+    first = got[0]
+    ci = mean_ci([20.0 + 3 * i + float(cells[0].value) for i in range(24)])
+    assert float(first["ci_low"]) == pytest.approx(ci.low) and float(first["ci_high"]) == pytest.approx(ci.high)
+    assert first["n_docs"] == "24" and first["n_seeds"] == "1" and first["fact_field_recall_ci_low"] != ""
+    assert all(r["ci_low"] == "" for r in got[3:])  # no scores, no interval
+    archived = out / "scores" / "figure2"
+    assert len(list(archived.rglob("scores_validation.jsonl"))) == 3
+    assert scores_archive.recheck_all(out) == []
+    victim = sorted(archived.rglob("scores_validation.jsonl"))[1]
+    victim.write_text(victim.read_text().replace('"rougeL": ', '"rougeL": 1', 1))
+    assert any("ci_low is" in p for p in scores_archive.recheck_all(out))
+
+
 def test_launch_skips_finished_cells_and_force_reruns(tmp_path, monkeypatch):
     spec = SPECS["table2"]
     calls = []
@@ -388,6 +422,27 @@ def test_several_seeds_average_per_cell_and_resample_documents(tmp_path):
     assert float(row["ci_low"]) == pytest.approx(ci.low) and float(row["ci_high"]) == pytest.approx(ci.high)
     assert "2 seeds per cell: each interval is over seeds and documents" in paths["md"].read_text()
     assert row["ci_method"] == "two-level t" and float(row["seed_sd"]) >= 0
+
+
+def test_a_profile_can_train_a_few_rows_with_several_seeds(tmp_path):
+    """``method_seeds``: truncation with seeds 1 and 2, SLED with the spec's one; the caption says which rows rest on what."""
+    import csv
+
+    prof = {**SPECS["table2"]["profiles"]["smoke"], "method_seeds": {"truncation": [1, 2]}}
+    spec = {**SPECS["table2"], "profiles": {**SPECS["table2"]["profiles"], "smoke": prof}}
+    cells = [c for c in grid.expand_grid(spec, "smoke", methods="truncation,sled") if c.key == "summscreen"]
+    assert [(c.method, c.seed) for c in cells] == [("truncation", 1), ("truncation", 2), ("sled", 42)]
+    assert grid.seeds(spec, "smoke", "sled") == [42] and grid.seeds(spec, "smoke", "truncation") == [1, 2]
+    grid.resolve_run_ids(cells, tmp_path)
+    for c, s in zip(cells, ([10.0, 20.0, 30.0], [12.0, 21.0, 33.0], [40.0, 50.0, 60.0])):
+        _write_scored(c, s)
+    paths = tables.build_table(spec, "smoke", tmp_path, tmp_path, methods="truncation,sled")
+    got = {r["method"]: r for r in csv.DictReader(paths["csv"].open())
+           if (r["split"], r["dataset"], r["metric"]) == ("dev", "summscreen", "rouge1")}
+    assert got["truncation"]["n_seeds"] == "2" and got["sled"]["n_seeds"] == "1"
+    md = paths["md"].read_text()
+    assert "Seeds differ by row (Standard (Trunc.) 2; the other rows 1)" in md
+    assert "these trained checkpoints differ elsewhere" in md and "seeds per cell" not in md
 
 
 def test_runs_without_scores_files_show_the_mean_and_no_interval(tmp_path):

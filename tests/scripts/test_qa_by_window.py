@@ -47,3 +47,22 @@ def test_a_run_on_other_data_is_refused_with_its_name(tmp_path):
                           "generation.max_new_tokens=4", "metrics.bertscore.enabled=false"]))
     with pytest.raises(SystemExit, match="not a run on the bundled QA ledgers"):
         qa_by_window.run_scores(tmp_path / "results" / "runs" / result["run_id"])
+
+
+def test_paired_by_window_tests_each_subset_over_seeds_and_corrects_over_them():
+    """Hand-made questions: 'a' answers every past question that truncation misses, and equals it inside."""
+    def seed(em_inside: float, em_past: float, shift: float) -> dict:
+        rows = [{"id": f"q{i:02d}", "inside": i < 10, "exact_match": (em_inside if i < 10 else em_past) * (i % 2),
+                 "f1": 50.0 + shift + i} for i in range(30)]
+        return {"test": rows}
+
+    questions = {"truncation": [seed(100, 0, 0.0), seed(100, 0, 1.0)],
+                 "a": [seed(100, 100, 0.5), seed(100, 100, 2.0)]}
+    tests = qa_by_window.paired_by_window(questions, "truncation")
+    assert len(tests) == 4 and all(t["seeds"] == [2, 2] and t["test"] == "two-level t" for t in tests)
+    got = {(t["subset"], t["metric"]): t for t in tests}
+    assert got[("inside", "exact_match")]["diff"] == 0 and got[("inside", "exact_match")]["n"] == 10
+    assert got[("past", "exact_match")]["diff"] == pytest.approx(50.0) and got[("past", "exact_match")]["n"] == 20
+    assert all(t["p_holm"] >= t["p"] for t in tests)
+    with pytest.raises(SystemExit, match="--paired sled"):
+        qa_by_window.paired_by_window(questions, "sled")
