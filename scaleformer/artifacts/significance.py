@@ -5,7 +5,8 @@ Everything is read from the runs' ``scores_<split>.jsonl`` (one row per document
 evaluation; the references in ``predictions_<split>.jsonl`` beside them are checked to match before two
 runs are paired). A cell's interval (:mod:`scaleformer.metrics.stats`):
 
-- several seeds: both levels, a seed's shift and the documents (``seeds_ci``, Student's t);
+- several seeds: both levels, a seed's shift and the documents (``seeds_ci``, Student's t), kept inside
+  a bounded score's range; a share whose every outcome is alike gets Clopper-Pearson over its documents;
 - one seed: documents only, Clopper-Pearson for a share of 0/1 outcomes (EM, a town named), Student's t
   below ``SMALL_N`` documents, BCa otherwise.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,8 @@ FAMILY = "test"  # the split label whose comparisons make Holm's family
 ASYMMETRY = 0.3  # an interval whose two sides differ by more than this share of its half-width prints [lo, hi]
 REF = "_reference_sha"  # a score row's reference digest (from predictions_<split>.jsonl)
 SHARES = ("exact_match", "town_accuracy")  # per document 0 or 100: the cell is a share of successes
+# scores in [0, 100] whatever the model does (BERTScore, rescaled, can go below 0)
+BOUNDED = ("rouge1", "rouge2", "rougeL", "rougeLsum", "f1", "fact_recall", "fact_field_recall", *SHARES)
 
 
 def read_scores(result_dir: Path | None, split: str) -> dict[str, dict[str, Any]] | None:
@@ -87,11 +91,16 @@ def _is_share(values: list[list[float]], metric: str) -> float | None:
 
 def cell_interval(values: list[list[float]], metric: str = "") -> tuple[Interval, dict[str, Any]]:
     """A cell's interval from ``values [seeds, docs]`` and what it rests on (module docstring)."""
-    if len(values) >= 2 and len(values[0]) >= 2:
-        lv = levels(values)
-        return seeds_ci(values), {"seed_sd": lv.seed_sd, "doc_sd": lv.doc_sd}
     per_doc = [sum(col) / len(col) for col in zip(*values)]
     scale = _is_share(values, metric)
+    if len(values) >= 2 and len(values[0]) >= 2:
+        lv = levels(values)
+        ci = seeds_ci(values)
+        if scale is not None and ci.high == ci.low:  # every outcome alike: t has no spread, the documents bound it
+            ci = proportion_ci(round(sum(per_doc) / scale), len(per_doc), scale)
+        elif metric in BOUNDED:  # t knows no range: 0.3 +-0.4 of a recall is [0, 0.7]
+            ci = replace(ci, low=max(ci.low, 0.0), high=min(ci.high, 100.0))
+        return ci, {"seed_sd": lv.seed_sd, "doc_sd": lv.doc_sd}
     if scale is not None:
         return proportion_ci(round(sum(per_doc) / scale), len(per_doc), scale), {}
     return (small_ci(per_doc) if len(per_doc) < SMALL_N else mean_ci(per_doc)), {}
@@ -162,7 +171,7 @@ def annotate(rows: list[dict[str, Any]], scores: dict[tuple[str, str, str], list
     for r in rows:
         r.update({"ci_low": None, "ci_high": None, "ci_method": None, "n_docs": None, "n_seeds": None,
                   "seed_sd": None, "doc_sd": None, "baseline": baseline or "", "diff_vs_baseline": None,
-                  "diff_ci_low": None, "diff_ci_high": None, "p_value": None, "test_method": None,
+                  "diff_ci_low": None, "diff_ci_high": None, "diff_df": None, "p_value": None, "test_method": None,
                   "p_holm": None, "family": None, "significant": None})
         seed_scores = scores.get((r["split"], r["method"], r["dataset"]))
         if r["ours"] is None or not seed_scores:
@@ -189,7 +198,7 @@ def annotate(rows: list[dict[str, Any]], scores: dict[tuple[str, str, str], list
             p = seeds_paired(mine, theirs)
         else:
             p = paired([sum(c) / len(c) for c in zip(*mine)], [sum(c) / len(c) for c in zip(*theirs)])
-        r.update(diff_vs_baseline=p.diff, diff_ci_low=p.low, diff_ci_high=p.high, p_value=p.p_value,
+        r.update(diff_vs_baseline=p.diff, diff_ci_low=p.low, diff_ci_high=p.high, diff_df=p.df, p_value=p.p_value,
                  test_method=p.test_method)
         if r["split"] == family:
             tested.append(r)
@@ -225,7 +234,8 @@ def caption(baseline: str | None, label: str, seeds: Sequence[Any], family: str 
                 "for a share of 0/1 outcomes, BCa otherwise); `±h` is its half-width, `[lo, hi]` where its sides "
                 "differ.")
     else:
-        text = (f"{len(seeds)} seeds per cell: each interval is over seeds and documents (two levels, Student's t); "
+        text = (f"{len(seeds)} seeds per cell: each interval is over seeds and documents (two levels, Student's t, "
+                "kept inside a bounded score's range; Clopper-Pearson where a share's every outcome is alike); "
                 "`±h` is its half-width, `[lo, hi]` where its sides differ.")
     if baseline:
         what = "these trained checkpoints differ" if len(seeds) <= 1 else "the methods differ over seeds"
@@ -254,9 +264,9 @@ def table_caption(baseline: str | None, label: str, counts: dict[str, int], labe
         return caption(baseline, label, range(ns.pop()), family)
     several = ", ".join(f"{labels.get(m, m)} {n}" for m, n in counts.items() if n > 1)
     text = (f"Seeds differ by row ({several}; the other rows 1): a row with several seeds has intervals over "
-            "seeds and documents (two levels, Student's t); a row with one, over documents only (t below 20 "
-            "documents, Clopper-Pearson for a share of 0/1 outcomes, BCa otherwise); `±h` is the half-width, "
-            "`[lo, hi]` where its sides differ.")
+            "seeds and documents (two levels, Student's t, inside a bounded score's range); a row with one, over "
+            "documents only (t below 20 documents, Clopper-Pearson for a share of 0/1 outcomes, BCa otherwise); "
+            "`±h` is the half-width, `[lo, hi]` where its sides differ.")
     if baseline:
         text += (f" `{MARK}`: a difference from {label}'s (paired on the same documents; Holm-corrected over the "
                  f"{family} split's comparisons, p < {ALPHA}; other splits are for choosing and get no mark): the "

@@ -69,6 +69,7 @@ class Paired:
     resamples: int = RESAMPLES  # the interval's bootstrap resamples
     mc_error: float | None = None  # the Monte Carlo p-value's standard error, where it is one
     test_draws: int = 0  # sign patterns the p-value counted (exact: 2^n; monte-carlo: draws; normal: none)
+    df: float | None = None  # the two-level t's degrees of freedom (Satterthwaite); None for the other tests
 
 
 def _finite(x: np.ndarray, what: str) -> None:
@@ -270,7 +271,8 @@ def seeds_paired(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> 
     se = float(np.sqrt(lv.var_mean))
     h = float(student.ppf(0.5 + CONFIDENCE / 2, lv.df)) * se
     p = 1.0 if se == 0 else float(min(1.0, 2 * student.sf(abs(lv.mean) / se, lv.df)))
-    return Paired(lv.mean, lv.mean - h, lv.mean + h, p, int(x.shape[1]), "two-level t", "two-level t", 0)  # analytic
+    return Paired(lv.mean, lv.mean - h, lv.mean + h, p, int(x.shape[1]), "two-level t", "two-level t", 0,  # analytic
+                  df=lv.df)
 
 
 def paired(a: Sequence[float], b: Sequence[float], *, seed: int = SEED, resamples: int = RESAMPLES,

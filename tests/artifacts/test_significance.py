@@ -67,6 +67,15 @@ def test_a_share_gets_clopper_pearson_few_documents_get_t_and_several_seeds_two_
     assert two == stats.seeds_ci(grid) and set(extra) == {"seed_sd", "doc_sd"}
 
 
+def test_several_seeds_keep_a_bounded_score_in_range_and_an_all_zero_share_gets_its_bound():
+    zeros, _ = sig.cell_interval([[0.0] * 64] * 3, "exact_match")  # 0 of 64 questions, three seeds
+    assert zeros.method == "Clopper-Pearson" and zeros.high == pytest.approx(5.6, abs=0.05)
+    rare = [[0.0] * 63 + [20.0], [0.0] * 64, [0.0] * 64]  # one document's recall, one seed: t reaches below 0
+    low, _ = sig.cell_interval(rare, "fact_recall")
+    assert stats.seeds_ci(rare).low < 0 and low.low == 0.0 and low.high == stats.seeds_ci(rare).high
+    assert sig.cell_interval(rare, "bertscore")[0] == stats.seeds_ci(rare)  # unbounded: as t gives it
+
+
 def test_asymmetric_intervals_print_both_ends():
     assert sig.interval_text(1.8, 0.0, 7.1) == "[0.0, 7.1]"
     assert sig.interval_text(48.2, 46.3, 50.1) == "±1.9"
