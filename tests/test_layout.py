@@ -140,6 +140,25 @@ def test_imports_point_down_the_layers():
     assert upward == []
 
 
+# Library internals that move between releases: reached from scaleformer/ops/compat.py alone, where
+# each has a fallback and the compat tier checks it against every supported release.
+INTERNAL = ("torch._", "transformers.models.", "transformers.generation.", "lightning.pytorch.utilities._",
+            "lightning.fabric.utilities._", "pytorch_lightning.utilities._")
+
+
+def _internal_imports(tree: ast.AST) -> list[str]:
+    names = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    names += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    return [m for m in names if m.startswith(INTERNAL)]
+
+
+def test_library_internals_are_reached_only_through_compat():
+    assert _internal_imports(ast.parse("def f():\n    from torch._dynamo.utils import counters\n"))
+    found = {name: bad for name, path in _modules().items() if name != "scaleformer.ops.compat"
+             and (bad := _internal_imports(ast.parse(path.read_text())))}
+    assert not found, f"import these through scaleformer/ops/compat.py: {found}"
+
+
 def test_every_module_has_a_layer_and_the_root_holds_no_kernel_or_infrastructure():
     roots = {p.stem for p in PKG.glob("*.py")}
     assert roots == TOP_LEVEL_MODULES, roots ^ TOP_LEVEL_MODULES

@@ -53,6 +53,7 @@ from scaleformer.model.backbone import build_model, prepare
 from scaleformer.model.batching import auto_batch
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
 from scaleformer.ops import decoding, static_decoding
+from scaleformer.ops.compat import compiled_graphs
 from scaleformer.resources import conf_dir
 from scaleformer.runs import cost_fit
 from scaleformer.runs.context import to_config
@@ -107,16 +108,6 @@ def timed(run: Callable[[], Any], device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
-def _graphs() -> int:
-    """Graphs torch.compile has captured in this process so far (0 where none or unknown)."""
-    try:
-        from torch._dynamo.utils import counters
-
-        return int(counters["stats"]["unique_graphs"])
-    except Exception:  # noqa: BLE001 - a private counter: unknown is 0
-        return 0
-
-
 def _failure(e: BaseException) -> str:
     return "oom" if is_oom(e) else f"failed: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
 
@@ -137,7 +128,7 @@ def decode_row(model: Any, hidden: torch.Tensor, mask: torch.Tensor, beams: int,
     def run() -> Any:
         return decoding.generate(model, hidden, mask, **kw)
 
-    graphs = _graphs()
+    graphs = compiled_graphs()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     with torch.no_grad():
@@ -157,7 +148,7 @@ def decode_row(model: Any, hidden: torch.Tensor, mask: torch.Tensor, beams: int,
     per = 1e3 / new_tokens
     floor = step_floor(model, rows=beams, new_tokens=new_tokens, cross_bytes=cross, cross_length=int(hidden.shape[1]),
                        time_s=med, bandwidth=bandwidth)
-    return {"status": "ok", "compiled_graphs": _graphs() - graphs, "first_run_s": first_s, "new_tokens": made,
+    return {"status": "ok", "compiled_graphs": compiled_graphs() - graphs, "first_run_s": first_s, "new_tokens": made,
             "repeats": len(times),
             "ms_per_token": med * per, "ms_per_token_p25": p25 * per, "ms_per_token_p75": p75 * per,
             "ms_per_token_iqr": (p75 - p25) * per, "times_s": times, "floor": floor,

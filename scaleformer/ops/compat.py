@@ -219,6 +219,15 @@ def flop_counter() -> Any:
     return fc.FlopCounterMode(display=False, custom_mapping=mapping)
 
 
+def compiled_graphs() -> int:
+    """Graphs torch.compile has captured in this process so far (a private counter: 0 where unknown)."""
+    try:
+        from torch._dynamo.utils import counters
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:  # noqa: BLE001 - moved or renamed in a later torch: unknown
+        return 0
+
+
 def fit_kwargs(fit: Callable, **wanted: Any) -> dict[str, Any]:
     """The keywords of ``wanted`` that the installed ``Trainer.fit`` takes."""
     params = parameters(fit) or {}
