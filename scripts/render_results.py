@@ -132,7 +132,8 @@ def _value(rows: list[dict[str, str]], split: str, method: str, dataset: str, me
 def _provenance(artifact: str, rows: list[dict[str, str]], sub: str = "") -> str:
     commits = sorted({_commit(c) for r in rows for c in (r.get("commit") or "").split(";") if c})
     where = f"results/tiny/{sub}/" if sub else "results/tiny/"
-    rows_of = f" METHODS={','.join(dict.fromkeys(r['method'] for r in rows))} OUT_DIR={where[:-1]}" if sub else ""
+    rows_of = (f" METHODS={','.join(dict.fromkeys(r['method'] for r in rows if r['method'] != CEILING))} "
+               f"OUT_DIR={where[:-1]}" if sub else "")
     return (f"From `{where}{artifact}.csv` (`make {artifact} PROFILE=tiny{rows_of}`; runs at commit "
             f"{', '.join(commits) or 'unknown'}).")
 
@@ -342,6 +343,23 @@ def render_qa_by_window() -> str:
             + "\n".join(lines))
 
 
+def render_qa_seeds_by_window() -> str:
+    """The paired tests of ``qa_by_window.py --paired`` on the three-seed rows: inside and past the window."""
+    data = _read_json(RESULTS / "tiny" / "table_qa_seeds" / "by_window.json")
+    paired = data["paired"]
+    lines = [f"| method | answers | questions | seeds | metric | minus {paired['base']} | 95% interval | p | Holm p |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for t in paired["tests"]:
+        lines.append(f"| {t['method']} | {t['subset']} | {t['n']} | {t['seeds'][0]}/{t['seeds'][1]} | "
+                     f"{LABELS[t['metric']]} | {_signed(t['diff'])} | [{_signed(t['low'])}, {_signed(t['high'])}] | "
+                     f"{t['p']:.2g} | {t['p_holm']:.2g} |")
+    return (f"From `results/tiny/table_qa_seeds/by_window.json` (`scripts/qa_by_window.py "
+            f"results/tiny/runs/ledgersqa-{{truncation,sled}}-* --paired {paired['base']}`): the {paired['split']} "
+            f"split, paired on the questions and over the seeds (two-level t), Holm over these {len(paired['tests'])} "
+            "tests; a subset chosen after the table was read, so a follow-up, not a claim of the table.\n\n"
+            + "\n".join(lines))
+
+
 def render_dryrun_costs() -> str:
     """Hours of each artifact's paper profile and the memory of training at its longest documents."""
     from scaleformer.artifacts.cost_report import summary_markdown
@@ -367,6 +385,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "table_qa-tiny-reading": render_table_qa_reading,
     "table_qa-seeds-test": lambda: render_table("table_qa", "test", ["exact_match", "f1"], "table_qa_seeds"),
     "table_qa-seeds-reading": lambda: render_table_qa_reading("table_qa_seeds"),
+    "table_qa-seeds-by-window": render_qa_seeds_by_window,
     "table1-tiny-power": lambda: render_detectable("table1", "rouge1"),
     "table_qa-tiny-power": lambda: render_detectable("table_qa", "exact_match"),
     "selector-picks": render_selector_picks,
