@@ -239,46 +239,14 @@ def render_table_qa_reading(sub: str = "") -> str:
 
 
 def render_detectable(artifact: str, metric: str) -> str:
-    """The smallest difference from the baseline the held-out test split could show, from its own paired
-    intervals, m = the test split's comparisons, the family Holm corrects over (dev is for choosing, never
-    for claims; Holm's first step is Bonferroni's): (z_{1-0.05/(2m)} + z_{0.8}) x SE, SE = the paired
-    interval's half-width / 1.96; over seeds and documents the test is a t on few degrees of freedom, so
-    (t_{1-0.05/(2m), df} + t_{0.8, df}) x SE with SE = half-width / t_{0.975, df}, per comparison."""
-    from scipy.stats import norm
-    from scipy.stats import t as student
+    """The power sentence of a tiny table's test split (scaleformer.artifacts.power)."""
+    from scaleformer.artifacts.power import detectable
 
-    spec, rows = _table(artifact)
-    tested = [r for r in (_row(rows, x["split"], x["method"], x["dataset"], x["metric"]) for x in rows
-                          if x.get("p_value") and x["split"] == "test") if r]
-    if not tested:
-        raise MissingResults(f"results/tiny/{artifact}.csv: no paired tests on the test split (rendered before "
-                             "intervals existed)")
-    m = len(tested)
-    mine = [r for r in tested if r["metric"] == metric]
-    if not mine:
-        raise MissingResults(f"results/tiny/{artifact}.csv: no test-split {metric} comparison")
-    dfs = [float(r["diff_df"]) if r.get("diff_df") else None for r in mine]
-
-    def q(p: float, df: float | None) -> float:
-        return float(norm.ppf(p) if df is None else student.ppf(p, df))
-
-    ses = [(r["diff_ci_high"] - r["diff_ci_low"]) / 2 / q(0.975, df) for r, df in zip(mine, dfs)]
-    need = sorted((q(1 - 0.05 / (2 * m), df) + q(0.8, df)) * se for se, df in zip(ses, dfs))
-    ses.sort()
-    mid = ses[len(ses) // 2]
-    n = sorted({r["n_docs"] for r in tested})
-    label = LABELS.get(metric, metric)
-    if any(df is not None for df in dfs):
-        known = sorted(df for df in dfs if df is not None)
-        rule = (f"(t(1 - 0.05/{2 * m}, df) + t(0.8, df)) x SE per comparison, df the two-level test's "
-                f"(median {known[len(known) // 2]:.1f}: three seeds leave few, so the multiplier is large)")
-    else:
-        rule = f"(z(1 - 0.05/{2 * m}) + z(0.8)) x SE = {q(1 - 0.05 / (2 * m), None) + q(0.8, None):.2f} x SE"
-    return (f"Power of `results/tiny/{artifact}.csv`'s test split ({'/'.join(n)} documents per cell, {m} comparisons "
-            f"with the baseline on the test split, the family of the correction): the paired {label} differences "
-            f"have a median standard error of {mid:.2f} points (from {min(ses):.2f} to {max(ses):.2f}), so a "
-            f"difference of {need[len(need) // 2]:.1f} points ({need[0]:.1f} to {need[-1]:.1f}) is found with 80% "
-            f"power at 0.05 after the correction: {rule}.")
+    _, rows = _table(artifact)
+    try:
+        return detectable(rows, metric, LABELS.get(metric, metric), f"results/tiny/{artifact}.csv")
+    except ValueError as e:
+        raise MissingResults(str(e)) from None
 
 
 def render_selector_picks() -> str:
