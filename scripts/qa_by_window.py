@@ -122,6 +122,33 @@ def paired_by_window(questions: dict[str, list[dict[str, list[dict[str, Any]]]]]
     return tests
 
 
+def window_markdown(data: dict[str, Any]) -> str:
+    """The ``--out`` JSON's scores as a table: each method's split, inside and past the window."""
+    lines = ["| method | split | inside: n | EM | F1 | past: n | EM | F1 |", "|---|---|---|---|---|---|---|---|"]
+    for method, by_split in data.items():
+        for split in ("validation", "test"):
+            if method == "paired" or split not in by_split:
+                continue
+            i, p = by_split[split]["inside"], by_split[split]["past"]
+            lines.append(f"| {method} | {split} | {i['n']} | {i['exact_match']:.1f} | {i['f1']:.1f} | {p['n']} "
+                         f"| {p['exact_match']:.1f} | {p['f1']:.1f} |")
+    return "\n".join(lines)
+
+
+def paired_markdown(paired: dict[str, Any]) -> str:
+    """The ``--out`` JSON's ``paired`` tests as a sentence and a table."""
+    lines = [f"| method | answers | questions | seeds | metric | minus {paired['base']} | 95% interval | p | Holm p |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    label = {"exact_match": "EM", "f1": "F1"}
+    for t in paired["tests"]:
+        lines.append(f"| {t['method']} | {t['subset']} | {t['n']} | {t['seeds'][0]}/{t['seeds'][1]} | "
+                     f"{label[t['metric']]} | {t['diff']:+.1f} | [{t['low']:+.1f}, {t['high']:+.1f}] | "
+                     f"{t['p']:.2g} | {t['p_holm']:.2g} |")
+    return (f"the {paired['split']} split, paired on the questions and over the seeds (two-level t), Holm over "
+            f"these {len(paired['tests'])} tests; a subset chosen after the table was read, so a follow-up, not a "
+            "claim of the table.\n\n" + "\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run folders (results/<profile>/runs/ledgersqa-*)")

@@ -298,34 +298,20 @@ def _point(r: dict[str, str], col: str, ci: str) -> str:
 
 
 def render_qa_by_window() -> str:
-    data = _read_json(RESULTS / "tiny" / "table_qa_by_window.json")
-    lines = ["| method | split | inside: n | EM | F1 | past: n | EM | F1 |", "|---|---|---|---|---|---|---|---|"]
-    for method, by_split in data.items():
-        for split in ("validation", "test"):
-            if split not in by_split:
-                continue
-            i, p = by_split[split]["inside"], by_split[split]["past"]
-            lines.append(f"| {method} | {split} | {i['n']} | {_fmt(i['exact_match'])} | {_fmt(i['f1'])} | {p['n']} "
-                         f"| {_fmt(p['exact_match'])} | {_fmt(p['f1'])} |")
+    from qa_by_window import window_markdown
+
     return ("From `results/tiny/table_qa_by_window.json` (`scripts/qa_by_window.py` on the table's runs).\n\n"
-            + "\n".join(lines))
+            + window_markdown(_read_json(RESULTS / "tiny" / "table_qa_by_window.json")))
 
 
 def render_qa_seeds_by_window() -> str:
     """The paired tests of ``qa_by_window.py --paired`` on the three-seed rows: inside and past the window."""
+    from qa_by_window import paired_markdown
+
     data = _read_json(RESULTS / "tiny" / "table_qa_seeds" / "by_window.json")
-    paired = data["paired"]
-    lines = [f"| method | answers | questions | seeds | metric | minus {paired['base']} | 95% interval | p | Holm p |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for t in paired["tests"]:
-        lines.append(f"| {t['method']} | {t['subset']} | {t['n']} | {t['seeds'][0]}/{t['seeds'][1]} | "
-                     f"{LABELS[t['metric']]} | {_signed(t['diff'])} | [{_signed(t['low'])}, {_signed(t['high'])}] | "
-                     f"{t['p']:.2g} | {t['p_holm']:.2g} |")
     return (f"From `results/tiny/table_qa_seeds/by_window.json` (`scripts/qa_by_window.py "
-            f"results/tiny/runs/ledgersqa-{{truncation,sled}}-* --paired {paired['base']}`): the {paired['split']} "
-            f"split, paired on the questions and over the seeds (two-level t), Holm over these {len(paired['tests'])} "
-            "tests; a subset chosen after the table was read, so a follow-up, not a claim of the table.\n\n"
-            + "\n".join(lines))
+            f"results/tiny/runs/ledgersqa-{{truncation,sled}}-* --paired {data['paired']['base']}`): "
+            + paired_markdown(data["paired"]))
 
 
 def render_dryrun_costs() -> str:
