@@ -165,7 +165,6 @@ def main(argv: list[str] | None = None) -> int:
             refuse_overwrite({"--out": args.out}, [("one of the runs' files", f) for f in read])
         except ConfigError as e:
             raise SystemExit(f"error: {e}") from None
-    print("| method | split | inside: n | EM | F1 | past: n | EM | F1 |\n|---|---|---|---|---|---|---|---|")
     by_method: dict[str, list[tuple[str, Any]]] = {}
     questions: dict[str, list[dict[str, list[dict[str, Any]]]]] = {}
     for run in args.runs:
@@ -177,10 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     for method, runs in by_method.items():
         scores = _mean([s for _, s in runs])
         written[method] = {"run": ";".join(name for name, _ in runs), "n_seeds": len(runs), **scores}
-        for split, s in scores.items():
-            i, p = s["inside"], s["past"]
-            print(f"| {method} | {split} | {i['n']} | {i['exact_match']:.1f} | {i['f1']:.1f} "
-                  f"| {p['n']} | {p['exact_match']:.1f} | {p['f1']:.1f} |")
+    print(window_markdown(written))
     if args.paired:
         tests = paired_by_window(questions, args.paired)
         print(f"\nminus {args.paired}, test split, Holm over these {len(tests)} tests:")

@@ -130,12 +130,21 @@ def scores_interval(seed_scores: Sequence[dict[str, dict[str, Any]]], metric: st
     """The interval of one metric over the documents every seed scored (with ``n_docs``, ``n_seeds`` and
     what :func:`cell_interval` adds), or None where a document lacks the metric: a table cell's, a
     figure point's."""
-    ids = _shared_ids(seed_scores) if seed_scores else []
-    values = _matrix(seed_scores, metric, ids) if ids else None
-    if values is None:
+    got = _values(seed_scores, metric)
+    if got is None:
         return None
+    ids, values = got
     ci, extra = cell_interval(values, metric)
     return ci, {"n_docs": len(ids), "n_seeds": len(seed_scores), **extra}
+
+
+def _values(seed_scores: Sequence[dict[str, dict[str, Any]]], metric: str
+            ) -> tuple[list[str], list[list[float]]] | None:
+    """The documents every seed scored and ``[seeds, docs]`` values of ``metric`` on them (None: none, or a
+    document lacks it)."""
+    ids = _shared_ids(seed_scores) if seed_scores else []
+    values = _matrix(seed_scores, metric, ids) if ids else None
+    return None if values is None else (ids, values)
 
 
 def point_fields(metric: str, extra: Sequence[str], seed_scores: Sequence[dict[str, dict[str, Any]]]
@@ -176,13 +185,13 @@ def annotate(rows: list[dict[str, Any]], scores: dict[tuple[str, str, str], list
         seed_scores = scores.get((r["split"], r["method"], r["dataset"]))
         if r["ours"] is None or not seed_scores:
             continue
-        got = scores_interval(seed_scores, r["metric"])
+        got = _values(seed_scores, r["metric"])
         if got is None:
             continue
-        ci, extra = got
-        r.update(ci_low=ci.low, ci_high=ci.high, ci_method=ci.method, **extra)
-        ids = _shared_ids(seed_scores)
-        values = _matrix(seed_scores, r["metric"], ids)
+        ids, values = got
+        ci, extra = cell_interval(values, r["metric"])
+        r.update(ci_low=ci.low, ci_high=ci.high, ci_method=ci.method, n_docs=len(ids), n_seeds=len(seed_scores),
+                 **extra)
         base = scores.get((r["split"], baseline, r["dataset"])) if baseline and r["method"] != baseline else None
         if not base:
             continue
