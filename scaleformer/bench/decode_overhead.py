@@ -13,7 +13,10 @@ cross-attention) on one encoded document, at 1 and 4 beams, with the output leng
 untimed run under ``torch.profiler`` (operators per token, :func:`scaleformer.bench.measure.count_ops`),
 then ``repeats`` timed runs, the settings interleaved run by run so that a shared machine's drift falls
 on all alike; median and IQR of the milliseconds per generated token (the run's time over the forced
-length; the encoder is outside it). Both caches' token sequences are compared.
+length; the encoder is outside it). Both caches' token sequences are compared. ``dynamic (before)`` is the
+default path as it was before argument binding cached its signatures (each cross-attention call of each
+layer computed its stock function's signature afresh, :mod:`scaleformer.ops.binding`): the default's
+before and after, in the same run.
 
     python -m scaleformer.bench.decode_overhead --out results/bench/decode-overhead-cpu.json [--repeats 20]
 """
@@ -21,6 +24,8 @@ length; the encoder is outside it). Both caches' token sequences are compared.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import inspect
 import json
 import os
 import sys
@@ -28,17 +33,26 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
 from scaleformer.bench.measure import Timing, count_ops
 from scaleformer.io import atomic_write_text
-from scaleformer.ops import decoding
+from scaleformer.ops import binding, decoding
 from scaleformer.resources import conf_dir, resolve_asset
 from scaleformer.runs.runtime import machine
 
-SCHEMA = 1
-CACHES = ("dynamic", "static")
+SCHEMA = 2
+BEFORE = "dynamic (before)"
+CACHES = (BEFORE, "dynamic", "static")
+
+
+def _variant(cache: str) -> Any:
+    """``dynamic (before)`` binds with a signature computed per call, as the path did; else nothing."""
+    if cache == BEFORE:
+        return mock.patch.object(binding, "_signature_object", inspect.signature)
+    return contextlib.nullcontext()
 
 
 def load_reader(backbone: str = "tiny_bart_reader") -> Any:
@@ -69,7 +83,7 @@ def settings(beams: int, new_tokens: int, cache: str, no_repeat_ngram_size: int)
           "no_repeat_ngram_size": no_repeat_ngram_size}
     if beams > 1:
         kw["early_stopping"] = True
-    if cache == "static":
+    if cache == "static":  # BEFORE and dynamic: the default, dynamic cache
         kw["cache_implementation"] = "static"
     return kw
 
@@ -95,7 +109,11 @@ def measure(beams_list: Sequence[int] = (1, 4), new_tokens: int = 64, repeats: i
     for beams in beams_list:
         for cache in CACHES:
             kw = settings(beams, new_tokens, cache, no_repeat_ngram_size)
-            runs[(beams, cache)] = lambda kw=kw: decoding.generate(model, hidden, mask, **kw)
+            def run(kw: dict[str, Any] = kw, cache: str = cache) -> Any:
+                with _variant(cache):
+                    return decoding.generate(model, hidden, mask, **kw)
+
+            runs[(beams, cache)] = run
     records: dict[tuple[int, str], dict[str, Any]] = {}
     with torch.no_grad():
         for key, run in runs.items():
@@ -123,7 +141,22 @@ def measure(beams_list: Sequence[int] = (1, 4), new_tokens: int = 64, repeats: i
                      "tokens_equal_dynamic": same[key]})
     return {"schema": SCHEMA, "backbone": backbone, "doc_tokens": doc_tokens, "batch": 1,
             "forced_new_tokens": new_tokens, "no_repeat_ngram_size": no_repeat_ngram_size,
-            "torch_threads": torch.get_num_threads(), "rows": rows, "comparison": compare(rows)}
+            "torch_threads": torch.get_num_threads(), "rows": rows, "comparison": compare(rows),
+            "before_after": before_after(rows)}
+
+
+def before_after(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The default (dynamic) path before and after, at each beam count: time and operators per token."""
+    by = {(r["beams"], r["cache"]): r for r in rows}
+    out = []
+    for beams in sorted({r["beams"] for r in rows}):
+        b, a = by.get((beams, BEFORE)), by.get((beams, "dynamic"))
+        if b is not None and a is not None:
+            out.append({"beams": beams, "ms_per_token_before": b["ms_per_token"], "ms_per_token_after": a["ms_per_token"],
+                        "time_ratio_after_over_before": a["ms_per_token"] / b["ms_per_token"],
+                        "aten_ops_per_token_before": b["aten_ops_per_token"],
+                        "aten_ops_per_token_after": a["aten_ops_per_token"], "tokens_equal": b["tokens_equal_dynamic"]})
+    return out
 
 
 def compare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -146,7 +179,7 @@ def compare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def render(doc: dict[str, Any]) -> str:
     load = doc.get("load_average")
     lines = [
-        "# Decoding's per-token overhead (CPU proxy): dynamic vs static self-attention cache", "",
+        "# Decoding's per-token overhead (CPU proxy): the default path before and after, and the static cache", "",
         f"{doc['backbone']} (compute is next to nothing per step, so ms/token is the framework's per-token "
         f"overhead), one encoded document of {doc['doc_tokens']:,} tokens, batch {doc['batch']}, "
         f"{doc['forced_new_tokens']} new tokens forced (min_new_tokens = max_new_tokens), no_repeat_ngram_size "
@@ -172,6 +205,14 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"| {c['beams']} | {c['ms_per_token_dynamic']:.2f} -> {c['ms_per_token_static']:.2f} | "
                      f"{c['time_ratio_static_over_dynamic']:.2f}x | {c['aten_ops_per_token_dynamic']:,.0f} -> "
                      f"{c['aten_ops_per_token_static']:,.0f} | {c['ops_ratio_static_over_dynamic']:.2f}x |")
+    if doc.get("before_after"):
+        lines += ["", "The default (dynamic) path, before and after argument binding cached its signatures:", "",
+                  "| beams | ms/token before -> after | time ratio | aten ops/token before -> after | same tokens |",
+                  "|---|---|---|---|---|"]
+        for c in doc["before_after"]:
+            lines.append(f"| {c['beams']} | {c['ms_per_token_before']:.2f} -> {c['ms_per_token_after']:.2f} | "
+                         f"{c['time_ratio_after_over_before']:.2f}x | {c['aten_ops_per_token_before']:,.0f} -> "
+                         f"{c['aten_ops_per_token_after']:,.0f} | {'yes' if c['tokens_equal'] else 'NO'} |")
     return "\n".join(lines) + "\n"
 
 

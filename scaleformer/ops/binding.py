@@ -33,9 +33,16 @@ ALIASES: dict[str, tuple[str, ...]] = {
 @functools.cache
 def _signature(fn: Callable) -> dict[str, inspect.Parameter] | None:
     try:
-        return dict(inspect.signature(fn).parameters)
+        return dict(_signature_object(fn).parameters)
     except (TypeError, ValueError):
         return None
+
+
+# Computing a signature costs more than the call it binds (decoding binds every cross-attention call,
+# each layer, each token): it is computed once per function.
+@functools.cache
+def _signature_object(fn: Callable) -> inspect.Signature:
+    return inspect.signature(fn)
 
 
 def parameters(fn: Callable) -> dict[str, inspect.Parameter] | None:
@@ -73,7 +80,7 @@ def bind(fn: Callable, args: tuple, kwargs: dict[str, Any], roles: tuple[str, ..
     role passed under an older alias into ``**kwargs`` is taken from there too.
     """
     names = _names_or_raise(fn, roles)
-    values = inspect.signature(fn).bind(*args, **kwargs).arguments
+    values = _signature_object(getattr(fn, "__func__", fn)).bind(*args, **kwargs).arguments
     var_kw = next((n for n, p in parameters(fn).items() if p.kind is p.VAR_KEYWORD), None)
     rest = dict(values.get(var_kw, {})) if var_kw else {}
     out = {}
@@ -101,4 +108,5 @@ def first_output(out: Any) -> torch.Tensor:
 def clear() -> None:
     """Forget the cached signatures (tests that swap a stock class's methods call this via compat.reset)."""
     _signature.cache_clear()
+    _signature_object.cache_clear()
     _call_names.cache_clear()

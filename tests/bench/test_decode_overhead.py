@@ -18,7 +18,7 @@ def test_records_and_table(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["schema"] == decode_overhead.SCHEMA and doc["backbone"] == "tiny_bart_reader"
     assert doc["forced_new_tokens"] == 4 and doc["machine"] and doc["wall_time_s"] > 0
-    assert {(r["beams"], r["cache"]) for r in doc["rows"]} == {(b, c) for b in (1, 2) for c in ("dynamic", "static")}
+    assert {(r["beams"], r["cache"]) for r in doc["rows"]} == {(b, c) for b in (1, 2) for c in decode_overhead.CACHES}
     for r in doc["rows"]:
         assert ROW_FIELDS <= r.keys()
         assert r["repeats"] == len(r["times_s"]) == 2 and r["new_tokens"] == 4  # the length was forced
@@ -27,8 +27,31 @@ def test_records_and_table(tmp_path):
         assert r["tokens_equal_dynamic"] is True
     assert [c["beams"] for c in doc["comparison"]] == [1, 2]
     assert all(c["tokens_equal"] and c["time_ratio_static_over_dynamic"] > 0 for c in doc["comparison"])
+    # the default path before and after: the same tokens, the same operators (the change is Python's alone)
+    assert [c["beams"] for c in doc["before_after"]] == [1, 2]
+    assert all(c["tokens_equal"] and c["aten_ops_per_token_before"] == c["aten_ops_per_token_after"]
+               for c in doc["before_after"])
     table = out.with_suffix(".md").read_text()
-    assert "| 2 | static |" in table and "Static against dynamic" in table
+    assert "| 2 | static |" in table and "Static against dynamic" in table and "| 1 | dynamic (before) |" in table
+    assert "before and after argument binding cached its signatures" in table
+
+
+def test_before_computes_the_signature_on_every_call():
+    import inspect
+
+    from scaleformer.ops import binding
+
+    def f(self, hidden_states, cache=None, **kw):
+        return None
+
+    with decode_overhead._variant(decode_overhead.BEFORE):
+        assert binding._signature_object is inspect.signature  # uncached, as the path was
+        assert binding.bind(f, (None, 1), {"cache": 2}, ("hidden_states", "cache"))[0] == {"hidden_states": 1, "cache": 2}
+    binding.clear()
+    for _ in range(3):
+        assert binding.bind(f, (None, 1), {}, ("hidden_states", "cache"))[0] == {"hidden_states": 1, "cache": None}
+    info = binding._signature_object.cache_info()
+    assert info.misses == 1 and info.hits >= 3  # one signature for every call after
 
 
 def test_bad_flags_stop_with_one_line(tmp_path, capsys):
