@@ -93,8 +93,10 @@ bench-compare: setup  ## results/bench/compare-memory.{json,md}: `scaleformer co
 	$(PY) scripts/bench_compare.py
 
 .PHONY: bench-eval
-bench-eval: setup  ## results/bench/batched-eval-cpu.{json,md}: documents per second of 32 ledgers, one at a time vs batched, 1 and 4 beams (~30 min)
-	$(PY) -m scaleformer.bench.batched_eval --out results/bench
+bench-eval: setup  ## results/bench/batched-eval-cpu*.{json,md}: documents per second of 32 ledgers, one at a time vs batched: 32 and 64 forced tokens at 1 and 4 beams, and the tiny table's own decoding (~50 min)
+	$(PY) -m scaleformer.bench.batched_eval --methods truncation,sled --new-tokens 32 --out results/bench
+	$(PY) -m scaleformer.bench.batched_eval --methods sled --new-tokens 64 --tag sled64 --out results/bench
+	$(PY) -m scaleformer.bench.batched_eval --methods truncation,sled,scaleformer_middle --beams 4 --new-tokens 128 --stop eos --tag eval --out results/bench
 
 .PHONY: bench-decode
 bench-decode: setup  ## results/bench/decode-overhead-cpu.{json,md}: decoding's per-token overhead on the CPU, dynamic vs static cache, 1 and 4 beams (~5 min)

@@ -6,11 +6,18 @@ researcher meets it: :class:`~scaleformer.export.summarizer.Summarizer` over the
 tiny table's 2.5k column (the path a run's evaluation, the Hugging Face class and the Summarizer share:
 length-sorted batches, beam-shared cross-attention), for each method at 1 and 4 beams, with every
 document forced to ``new_tokens`` tokens (``min_new_tokens = max_new_tokens``) so that batch sizes are
-compared on the same work. Each batch size runs in the same process on the same documents; one untimed
-pass, then ``repeats`` timed passes (the sizes taking turns), median and IQR of a pass's documents per
-second. The summaries of every batch size are checked to be the ones the documents get alone.
+compared on the same work (``--stop eos``: each stops at its end of sequence, as the tiny table's
+evaluation decodes, 4 beams and up to 128 tokens; a batch then runs as long as its longest summary).
+Each batch size runs in the same process on the same documents; one untimed pass, then ``repeats`` timed
+passes (the sizes taking turns), median and IQR of a pass's documents per second, and of an encoder-only
+pass over the same batches: what batching cannot share (a chunked method encodes several chunks per
+document), so one-at-a-time time over it bounds the speed-up. The summaries of every batch size are
+checked to be the ones the documents get alone; where one differs, both summaries' beam scores are
+recorded (a gap at float32 rounding, ~1e-7, is a tie that the batch's other kernel shapes broke the
+other way, not a changed search).
 
-    python -m scaleformer.bench.batched_eval [--methods truncation,sled,scaleformer_middle] [--out results/bench]
+    python -m scaleformer.bench.batched_eval [--methods truncation,sled,scaleformer_middle] [--beams 1,4]
+        [--new-tokens 64] [--stop forced|eos] [--tag NAME] [--out results/bench]
 """
 
 from __future__ import annotations
@@ -27,11 +34,13 @@ import torch
 
 from scaleformer.compose import compose_config
 from scaleformer.config import GenerationConfig
+from scaleformer.data.sampler import length_sorted_batches
 from scaleformer.data.synthetic import split_rows
 from scaleformer.export.summarizer import Summarizer
 from scaleformer.io import atomic_write_text
 from scaleformer.model.backbone import build_model, prepare
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
+from scaleformer.ops.decoding import generation_kwargs
 from scaleformer.resources import conf_dir
 from scaleformer.runs import cost_fit
 from scaleformer.runs.context import to_config
@@ -50,49 +59,93 @@ def ledgers(n: int) -> list[str]:
     return list(seen.values())[:n]
 
 
-def summarizer(method: str, beams: int, new_tokens: int) -> Summarizer:
-    """The tiny reader read through ``method``, decoding exactly ``new_tokens`` tokens at ``beams`` beams."""
+def summarizer(method: str, beams: int, new_tokens: int, forced: bool = True) -> Summarizer:
+    """The tiny reader read through ``method`` at ``beams`` beams, decoding exactly ``new_tokens`` tokens
+    (``forced``) or up to them, stopping at the end of sequence."""
     rc = to_config(compose_config(["backbone=tiny_bart_reader", f"method={method}"], str(conf_dir())))
     prep = prepare(rc.backbone, rc.method)
     model = ScaleformerForConditionalGeneration.from_parts(build_model(rc.backbone, prep.conf), prep.method)
-    gen = GenerationConfig(num_beams=beams, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+    gen = GenerationConfig(num_beams=beams, max_new_tokens=new_tokens, min_new_tokens=new_tokens if forced else 0)
     return Summarizer(model, prep.tokenizer, gen)
 
 
+def padded(s: Summarizer, docs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids ``[batch, N]`` right-padded, and their mask, as the Summarizer batches them."""
+    ids = torch.full((len(docs), max(map(len, docs))), s.method.spec.pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, d in enumerate(docs):
+        ids[row, :len(d)], mask[row, :len(d)] = torch.tensor(d), 1
+    return ids, mask
+
+
+def encode_pass(s: Summarizer, ids: list[list[int]], size: int) -> None:
+    """The encoder's share of a pass: every batch of ``size`` encoded as the Summarizer's would be."""
+    with torch.no_grad():
+        for idx in length_sorted_batches([len(d) for d in ids], size):
+            s.model.encode(*padded(s, [ids[i] for i in idx]), training=False)
+
+
 def timed_passes(s: Summarizer, docs: list[str], sizes: Sequence[int], repeats: int
-                 ) -> dict[int, tuple[list[float], list[str]]]:
-    """Per batch size: seconds of ``repeats`` passes over ``docs`` (after an untimed one), and its summaries.
-    The sizes take turns within each repetition, so the machine's drift falls on all of them alike."""
-    out: dict[int, tuple[list[float], list[str]]] = {}
+                 ) -> dict[int, tuple[list[float], list[float], list[str]]]:
+    """Per batch size: seconds of ``repeats`` passes over ``docs`` (after an untimed one), of as many
+    encoder-only passes, and its summaries. The sizes take turns within each repetition, so the machine's
+    drift falls on all of them alike."""
+    ids = [s.token_ids(t) for t in docs]
+    out: dict[int, tuple[list[float], list[float], list[str]]] = {}
     for size in sizes:
         s.batch_size = size
-        out[size] = ([], s.summarize(docs))
+        out[size] = ([], [], s.summarize(docs))
+        encode_pass(s, ids, size)
     for _ in range(repeats):
         for size in sizes:
             s.batch_size = size
             t0 = time.perf_counter()
             s.summarize(docs)
-            out[size][0].append(time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            encode_pass(s, ids, size)
+            out[size][0].append(t1 - t0)
+            out[size][1].append(time.perf_counter() - t1)
+    return out
+
+
+def beam_scores(s: Summarizer, docs: list[str], size: int, which: list[int]) -> list[dict[str, Any]]:
+    """For each document in ``which``: its best beam score alone and in its batch of ``size`` (None at one
+    beam, which has no sequence score)."""
+    if s.generation.num_beams == 1:
+        return [{"doc": i, "alone": None, "batched": None} for i in which]
+    ids = [s.token_ids(t) for t in docs]
+    kw = {**generation_kwargs(s.generation), "output_scores": True, "return_dict_in_generate": True}
+    out = []
+    for i in which:
+        idx = next(b for b in length_sorted_batches([len(d) for d in ids], size) if i in b)
+        alone = s.model.generate(*padded(s, [ids[i]]), **kw).sequences_scores[0]
+        batched = s.model.generate(*padded(s, [ids[j] for j in idx]), **kw).sequences_scores[idx.index(i)]
+        out.append({"doc": i, "alone": float(alone), "batched": float(batched)})
     return out
 
 
 def measure(methods: Sequence[str], n_docs: int = 32, beams: Sequence[int] = (1, 4), new_tokens: int = 64,
-            sizes: Sequence[int] = SIZES, repeats: int = 10, log: Callable[[str], None] = print) -> dict[str, Any]:
+            sizes: Sequence[int] = SIZES, repeats: int = 10, forced: bool = True,
+            log: Callable[[str], None] = print) -> dict[str, Any]:
     rows = []
     docs = ledgers(n_docs)
     for method in methods:
         for b in beams:
-            passes = timed_passes(summarizer(method, b, new_tokens), docs, sizes, repeats)
-            alone = passes[sizes[0]][1]
-            for size, (times, out) in passes.items():
+            s = summarizer(method, b, new_tokens, forced)
+            passes = timed_passes(s, docs, sizes, repeats)
+            alone = passes[sizes[0]][2]
+            for size, (times, enc_times, out) in passes.items():
                 p25, med, p75 = cost_fit.quartiles([n_docs / t for t in times])
+                differ = [i for i, (x, y) in enumerate(zip(out, alone)) if x != y]
                 rows.append({"method": method, "beams": b, "batch": size, "docs_per_s": med, "docs_per_s_iqr": p75 - p25,
-                             "pass_s": cost_fit.quartiles(times)[1], "timed": len(times),
-                             "same_summaries": out == alone})
+                             "pass_s": cost_fit.quartiles(times)[1], "encode_s": cost_fit.quartiles(enc_times)[1],
+                             "timed": len(times), "same_summaries": not differ,
+                             "summary_tokens_mean": sum(len(s.tokenizer(x, add_special_tokens=False)["input_ids"]) for x in out) / n_docs,
+                             "differing": beam_scores(s, docs, size, differ)})
                 log(f"{method}, {b} beam(s), batch {size}: {med:.2f} docs/s (IQR {p75 - p25:.2f})")
-    return {"schema": 1, "backbone": "tiny_bart_reader", "data": f"{n_docs} test ledgers (~2.5k tokens)",
-            "new_tokens": new_tokens, "repeats": repeats, "torch_threads": torch.get_num_threads(),
-            "machine": machine(), "rows": rows, "speedups": speedups(rows)}
+    return {"schema": 2, "backbone": "tiny_bart_reader", "data": f"{n_docs} test ledgers (~2.5k tokens)",
+            "new_tokens": new_tokens, "stop": "forced" if forced else "eos", "repeats": repeats,
+            "torch_threads": torch.get_num_threads(), "machine": machine(), "rows": rows, "speedups": speedups(rows)}
 
 
 def speedups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -103,23 +156,49 @@ def speedups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         one = next((r for r in mine if r["batch"] == 1), None)
         best = max(mine, key=lambda r: r["docs_per_s"])
         if one is not None:
+            # batching shares the decoding, not the encoder: one at a time's pass over the encoder-only
+            # pass at the best batch is the most it can give
+            bound = one["pass_s"] / best["encode_s"] if best.get("encode_s") else None
             out.append({"method": key[0], "beams": key[1], "one_at_a_time": one["docs_per_s"], "best_batch": best["batch"],
-                        "best": best["docs_per_s"], "speedup": best["docs_per_s"] / one["docs_per_s"]})
+                        "best": best["docs_per_s"], "speedup": best["docs_per_s"] / one["docs_per_s"],
+                        "encoder_share_best": best["encode_s"] / best["pass_s"] if best.get("encode_s") else None,
+                        "encoder_bound": bound})
     return out
 
 
+def _same(r: dict[str, Any]) -> str:
+    if r["same_summaries"]:
+        return "yes"
+    gaps = [abs(d["alone"] - d["batched"]) for d in r.get("differing", []) if d["alone"] is not None]
+    n = len(r.get("differing", [])) or "some"
+    return f"NO ({n}; beam-score gap {max(gaps):.1e})" if gaps else f"NO ({n})"
+
+
+def _opt(v: float | None, fmt: str, scale: float = 1.0, unit: str = "") -> str:
+    return "" if v is None else format(scale * v, fmt) + unit
+
+
 def markdown(result: dict[str, Any]) -> str:
+    forced = result.get("stop", "forced") == "forced"
+    stop = f"{result['new_tokens']} tokens per document (forced)" if forced else \
+        f"up to {result['new_tokens']} tokens per document, each stopping at its end of sequence"
     lines = [f"# Batched evaluation on the CPU ({result['backbone']}, {result['data']})", "",
-             f"Generated by `python -m scaleformer.bench.batched_eval`: {result['new_tokens']} tokens per document "
-             f"(forced), one untimed pass then {result['repeats']} timed passes per batch size, median (IQR) of "
-             f"documents per second; {result['torch_threads']} torch threads, {result['machine']}. Same process, "
-             "same documents; `same` says whether every summary equals the one its document gets alone.", "",
-             "| method | beams | batch | docs/s | IQR | pass s | same |", "|---|---|---|---|---|---|---|"]
+             f"Generated by `python -m scaleformer.bench.batched_eval`: {stop}, one untimed pass then "
+             f"{result['repeats']} timed passes per batch size, median (IQR) of documents per second, and of an "
+             f"encoder-only pass over the same batches (what batching cannot share); {result['torch_threads']} "
+             f"torch threads, {result['machine']}. Same process, same documents; `same` says whether every summary "
+             "equals the one its document gets alone (where not: how many, and the largest gap between the "
+             "document's best beam score alone and in its batch).", "",
+             "| method | beams | batch | docs/s | IQR | pass s | encoder s | summary tokens | same |",
+             "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['method']} | {r['beams']} | {r['batch']} | {r['docs_per_s']:.2f} | {r['docs_per_s_iqr']:.2f} | "
-              f"{r['pass_s']:.2f} | {'yes' if r['same_summaries'] else 'NO'} |" for r in result["rows"]]
-    lines += ["", "| method | beams | one at a time docs/s | best batch | docs/s | speed-up |", "|---|---|---|---|---|---|"]
+              f"{r['pass_s']:.2f} | {_opt(r.get('encode_s'), '.2f')} | {_opt(r.get('summary_tokens_mean'), '.1f')} | "
+              f"{_same(r)} |" for r in result["rows"]]
+    lines += ["", "| method | beams | one at a time docs/s | best batch | docs/s | speed-up | encoder share at best "
+              "| most batching can give |", "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {s['method']} | {s['beams']} | {s['one_at_a_time']:.2f} | {s['best_batch']} | {s['best']:.2f} | "
-              f"{s['speedup']:.2f}x |" for s in result["speedups"]]
+              f"{s['speedup']:.2f}x | {_opt(s.get('encoder_share_best'), '.0f', 100, '%')} | "
+              f"{_opt(s.get('encoder_bound'), '.2f', unit='x')} |" for s in result["speedups"]]
     return "\n".join(lines) + "\n"
 
 
@@ -127,19 +206,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default="truncation,sled,scaleformer_middle")
     ap.add_argument("--docs", type=int, default=32)
+    ap.add_argument("--beams", default="1,4")
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--stop", choices=("forced", "eos"), default="forced",
+                    help="forced: every document exactly --new-tokens tokens; eos: up to them, as evaluation decodes")
+    ap.add_argument("--tag", default="", help="results/bench/batched-eval-cpu-TAG.{json,md} (default: no suffix)")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--out", default="results/bench")
     args = ap.parse_args(argv)
     for flag, v in (("--docs", args.docs), ("--new-tokens", args.new_tokens), ("--repeats", args.repeats)):
         if v < 1:
             raise SystemExit(f"error: {flag}={v}: must be >= 1")
-    result = measure(args.methods.split(","), args.docs, new_tokens=args.new_tokens, repeats=args.repeats,
-                     log=lambda line: print(line, file=sys.stderr, flush=True))
-    out = Path(args.out)
-    atomic_write_text(out / "batched-eval-cpu.json", json.dumps(result, indent=1) + "\n")
-    atomic_write_text(out / "batched-eval-cpu.md", markdown(result))
-    print(out / "batched-eval-cpu.md")
+    try:
+        beams = [int(b) for b in args.beams.split(",")]
+    except ValueError:
+        raise SystemExit(f"error: --beams={args.beams!r}: a comma-separated list of integers >= 1") from None
+    if not beams or min(beams) < 1:
+        raise SystemExit(f"error: --beams={args.beams!r}: a comma-separated list of integers >= 1")
+    if args.tag and not args.tag.replace("-", "").isalnum():
+        raise SystemExit(f"error: --tag={args.tag!r}: letters, digits and '-' only (it names the results files)")
+    result = measure(args.methods.split(","), args.docs, beams, new_tokens=args.new_tokens, repeats=args.repeats,
+                     forced=args.stop == "forced", log=lambda line: print(line, file=sys.stderr, flush=True))
+    out, name = Path(args.out), "batched-eval-cpu" + (f"-{args.tag}" if args.tag else "")
+    atomic_write_text(out / f"{name}.json", json.dumps(result, indent=1) + "\n")
+    atomic_write_text(out / f"{name}.md", markdown(result))
+    print(out / f"{name}.md")
     return 0
 
 

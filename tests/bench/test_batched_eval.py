@@ -4,6 +4,9 @@ check that batching keeps every summary, and its results files."""
 from __future__ import annotations
 
 import json
+import re
+
+import pytest
 
 from scaleformer.bench import batched_eval
 
@@ -23,3 +26,33 @@ def test_the_benchmark_writes_its_results(tmp_path, capsys):
 def test_ledgers_are_distinct_test_documents():
     docs = batched_eval.ledgers(5)
     assert len(docs) == len(set(docs)) == 5
+
+
+def test_eos_stopping_one_beam_count_and_a_tag(tmp_path):
+    assert batched_eval.main(["--methods", "truncation", "--docs", "3", "--new-tokens", "6", "--repeats", "1",
+                              "--beams", "2", "--stop", "eos", "--tag", "eos", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "batched-eval-cpu-eos.json").read_text())
+    assert result["stop"] == "eos" and {r["beams"] for r in result["rows"]} == {2}
+    assert all(0 < r["encode_s"] < r["pass_s"] and r["summary_tokens_mean"] <= 6 for r in result["rows"])
+    (s,) = result["speedups"]
+    assert s["encoder_bound"] == result["rows"][0]["pass_s"] / next(
+        r["encode_s"] for r in result["rows"] if r["batch"] == s["best_batch"])
+    assert "each stopping at its end of sequence" in (tmp_path / "batched-eval-cpu-eos.md").read_text()
+
+
+def test_a_changed_summary_shows_with_its_beam_score_gap():
+    row = {"method": "sled", "beams": 4, "batch": 8, "docs_per_s": 4.0, "docs_per_s_iqr": 0.5, "pass_s": 8.0,
+           "encode_s": 3.0, "summary_tokens_mean": 64.0, "same_summaries": False,
+           "differing": [{"doc": 14, "alone": -0.89205599, "batched": -0.89205605}]}
+    one = {**row, "batch": 1, "docs_per_s": 2.0, "pass_s": 16.0, "same_summaries": True, "differing": []}
+    result = {"backbone": "tiny_bart_reader", "data": "32 test ledgers", "new_tokens": 64, "repeats": 10,
+              "torch_threads": 2, "machine": "cpu", "rows": [one, row], "speedups": batched_eval.speedups([one, row])}
+    md = batched_eval.markdown(result)
+    assert "| NO (1; beam-score gap 6.0e-08) |" in md and "| 38% | 5.33x |" in md
+
+
+@pytest.mark.parametrize("argv, message", [(["--beams", "0"], "--beams='0'"), (["--beams", "a"], "--beams='a'"),
+                                           (["--tag", "../x"], "--tag='../x'")])
+def test_bad_arguments_are_named(argv, message):
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        batched_eval.main(argv)
