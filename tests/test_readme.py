@@ -142,6 +142,25 @@ def test_results_blocks_match_results_files():
     assert render_results.main(["--check"]) == 0, "run python scripts/render_results.py"
 
 
+def test_benchmark_paragraphs_quote_their_results_files():
+    """A paragraph that links a benchmark's results quotes them: every decimal it prints is in those files
+    (the .md it links or the .json beside it), so a rerun that changes them shows here."""
+    checked = 0
+    for page in PAGES:
+        for para in re.split(r"\n\s*\n", page.read_text(encoding="utf-8")):
+            links = re.findall(r"\]\(([^)#]*results/bench/[^)#]+\.md)\)", para)
+            if not links:
+                continue
+            files = [(page.parent / link).resolve() for link in links]
+            source = "".join(f.read_text() + (f.with_suffix(".json").read_text() if f.with_suffix(".json").exists()
+                                              else "") for f in files)
+            numbers = set(re.findall(r"(?<![\w.])\d+\.\d+(?![\w.])", para))
+            missing = sorted(n for n in numbers if n not in source)
+            assert not missing, f"{page.name}: {missing} not in {links}"
+            checked += len(numbers)
+    assert checked >= 20
+
+
 @pytest.mark.parametrize("artifact", ["table1", "table2", "figure2", "table_qa"])
 def test_tiny_profiles_compose(artifact):
     """The long ``make <artifact> PROFILE=tiny`` commands: every cell's config composes and validates."""
