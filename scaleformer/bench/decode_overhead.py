@@ -141,39 +141,39 @@ def measure(beams_list: Sequence[int] = (1, 4), new_tokens: int = 64, repeats: i
                      "tokens_equal_dynamic": same[key]})
     return {"schema": SCHEMA, "backbone": backbone, "doc_tokens": doc_tokens, "batch": 1,
             "forced_new_tokens": new_tokens, "no_repeat_ngram_size": no_repeat_ngram_size,
-            "torch_threads": torch.get_num_threads(), "rows": rows, "comparison": compare(rows),
-            "before_after": before_after(rows)}
+            "torch_threads": torch.get_num_threads(), "rows": rows, "comparison": pairs(rows, "dynamic", "static"),
+            "before_after": pairs(rows, BEFORE, "dynamic")}
 
 
-def before_after(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The default (dynamic) path before and after, at each beam count: time and operators per token."""
+def pairs(rows: list[dict[str, Any]], first: str, second: str) -> list[dict[str, Any]]:
+    """Setting ``second`` against ``first`` at each beam count where both ran: ms and operators per token,
+    their ratios (second over first), and whether their tokens are the same."""
     by = {(r["beams"], r["cache"]): r for r in rows}
     out = []
     for beams in sorted({r["beams"] for r in rows}):
-        b, a = by.get((beams, BEFORE)), by.get((beams, "dynamic"))
-        if b is not None and a is not None:
-            out.append({"beams": beams, "ms_per_token_before": b["ms_per_token"], "ms_per_token_after": a["ms_per_token"],
-                        "time_ratio_after_over_before": a["ms_per_token"] / b["ms_per_token"],
-                        "aten_ops_per_token_before": b["aten_ops_per_token"],
-                        "aten_ops_per_token_after": a["aten_ops_per_token"], "tokens_equal": b["tokens_equal_dynamic"]})
-    return out
-
-
-def compare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Static against dynamic at each beam count: time and operators per token, and their ratios."""
-    by = {(r["beams"], r["cache"]): r for r in rows}
-    out = []
-    for beams in sorted({r["beams"] for r in rows}):
-        d, s = by.get((beams, "dynamic")), by.get((beams, "static"))
-        if d is None or s is None:
+        a, b = by.get((beams, first)), by.get((beams, second))
+        if a is None or b is None:
             continue
-        out.append({"beams": beams, "ms_per_token_dynamic": d["ms_per_token"], "ms_per_token_static": s["ms_per_token"],
-                    "time_ratio_static_over_dynamic": s["ms_per_token"] / d["ms_per_token"],
-                    "aten_ops_per_token_dynamic": d["aten_ops_per_token"],
-                    "aten_ops_per_token_static": s["aten_ops_per_token"],
-                    "ops_ratio_static_over_dynamic": s["aten_ops_per_token"] / d["aten_ops_per_token"],
-                    "tokens_equal": s["tokens_equal_dynamic"]})
+        out.append({"beams": beams, "first": first, "second": second,
+                    "ms_per_token": [a["ms_per_token"], b["ms_per_token"]],
+                    "time_ratio": b["ms_per_token"] / a["ms_per_token"],
+                    "aten_ops_per_token": [a["aten_ops_per_token"], b["aten_ops_per_token"]],
+                    "ops_ratio": b["aten_ops_per_token"] / a["aten_ops_per_token"],
+                    "tokens_equal": a["tokens_equal_dynamic"] and b["tokens_equal_dynamic"]})
     return out
+
+
+def _pairs_table(title: str, pairs_: list[dict[str, Any]]) -> list[str]:
+    if not pairs_:
+        return []
+    a, b = pairs_[0]["first"], pairs_[0]["second"]
+    lines = ["", title, "", f"| beams | ms/token {a} -> {b} | time ratio | aten ops/token {a} -> {b} | ops ratio | "
+             "same tokens |", "|---|---|---|---|---|---|"]
+    for c in pairs_:
+        (ta, tb), (oa, ob) = c["ms_per_token"], c["aten_ops_per_token"]
+        lines.append(f"| {c['beams']} | {ta:.2f} -> {tb:.2f} | {c['time_ratio']:.2f}x | {oa:,.0f} -> {ob:,.0f} | "
+                     f"{c['ops_ratio']:.2f}x | {'yes' if c['tokens_equal'] else 'NO'} |")
+    return lines
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -198,21 +198,9 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"| {r['beams']} | {r['cache']} | {r['ms_per_token']:.2f} ({r['ms_per_token_iqr']:.2f}) | "
                      f"{r['ms_per_token_min']:.2f} | {r['aten_ops_per_token']:,.0f} | "
                      f"{r['top_level_ops_per_token']:,.0f} | {'yes' if r['tokens_equal_dynamic'] else 'NO'} |")
-    lines += ["", "Static against dynamic:", "",
-              "| beams | ms/token dynamic -> static | time ratio | aten ops/token dynamic -> static | ops ratio |",
-              "|---|---|---|---|---|"]
-    for c in doc["comparison"]:
-        lines.append(f"| {c['beams']} | {c['ms_per_token_dynamic']:.2f} -> {c['ms_per_token_static']:.2f} | "
-                     f"{c['time_ratio_static_over_dynamic']:.2f}x | {c['aten_ops_per_token_dynamic']:,.0f} -> "
-                     f"{c['aten_ops_per_token_static']:,.0f} | {c['ops_ratio_static_over_dynamic']:.2f}x |")
-    if doc.get("before_after"):
-        lines += ["", "The default (dynamic) path, before and after argument binding cached its signatures:", "",
-                  "| beams | ms/token before -> after | time ratio | aten ops/token before -> after | same tokens |",
-                  "|---|---|---|---|---|"]
-        for c in doc["before_after"]:
-            lines.append(f"| {c['beams']} | {c['ms_per_token_before']:.2f} -> {c['ms_per_token_after']:.2f} | "
-                         f"{c['time_ratio_after_over_before']:.2f}x | {c['aten_ops_per_token_before']:,.0f} -> "
-                         f"{c['aten_ops_per_token_after']:,.0f} | {'yes' if c['tokens_equal'] else 'NO'} |")
+    lines += _pairs_table("Static against dynamic:", doc["comparison"])
+    lines += _pairs_table("The default (dynamic) path, before and after argument binding cached its signatures:",
+                          doc.get("before_after", []))
     return "\n".join(lines) + "\n"
 
 

@@ -26,10 +26,11 @@ def test_records_and_table(tmp_path):
         assert r["aten_ops_per_token"] >= r["top_level_ops_per_token"] > 0
         assert r["tokens_equal_dynamic"] is True
     assert [c["beams"] for c in doc["comparison"]] == [1, 2]
-    assert all(c["tokens_equal"] and c["time_ratio_static_over_dynamic"] > 0 for c in doc["comparison"])
+    assert all(c["tokens_equal"] and c["time_ratio"] > 0 and (c["first"], c["second"]) == ("dynamic", "static")
+               for c in doc["comparison"])
     # the default path before and after: the same tokens, the same operators (the change is Python's alone)
     assert [c["beams"] for c in doc["before_after"]] == [1, 2]
-    assert all(c["tokens_equal"] and c["aten_ops_per_token_before"] == c["aten_ops_per_token_after"]
+    assert all(c["tokens_equal"] and c["aten_ops_per_token"][0] == c["aten_ops_per_token"][1] and c["ops_ratio"] == 1
                for c in doc["before_after"])
     table = out.with_suffix(".md").read_text()
     assert "| 2 | static |" in table and "Static against dynamic" in table and "| 1 | dynamic (before) |" in table
