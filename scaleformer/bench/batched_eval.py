@@ -69,20 +69,11 @@ def summarizer(method: str, beams: int, new_tokens: int, forced: bool = True) ->
     return Summarizer(model, prep.tokenizer, gen)
 
 
-def padded(s: Summarizer, docs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids ``[batch, N]`` right-padded, and their mask, as the Summarizer batches them."""
-    ids = torch.full((len(docs), max(map(len, docs))), s.method.spec.pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, d in enumerate(docs):
-        ids[row, :len(d)], mask[row, :len(d)] = torch.tensor(d), 1
-    return ids, mask
-
-
 def encode_pass(s: Summarizer, ids: list[list[int]], size: int) -> None:
     """The encoder's share of a pass: every batch of ``size`` encoded as the Summarizer's would be."""
     with torch.no_grad():
         for idx in length_sorted_batches([len(d) for d in ids], size):
-            s.model.encode(*padded(s, [ids[i] for i in idx]), training=False)
+            s.model.encode(*s.padded([ids[i] for i in idx]), training=False)
 
 
 def timed_passes(s: Summarizer, docs: list[str], sizes: Sequence[int], repeats: int
@@ -118,8 +109,8 @@ def beam_scores(s: Summarizer, docs: list[str], size: int, which: list[int]) -> 
     out = []
     for i in which:
         idx = next(b for b in length_sorted_batches([len(d) for d in ids], size) if i in b)
-        alone = s.model.generate(*padded(s, [ids[i]]), **kw).sequences_scores[0]
-        batched = s.model.generate(*padded(s, [ids[j] for j in idx]), **kw).sequences_scores[idx.index(i)]
+        alone = s.model.generate(*s.padded([ids[i]]), **kw).sequences_scores[0]
+        batched = s.model.generate(*s.padded([ids[j] for j in idx]), **kw).sequences_scores[idx.index(i)]
         out.append({"doc": i, "alone": float(alone), "batched": float(batched)})
     return out
 

@@ -169,14 +169,19 @@ class Summarizer:
                           g.max_new_tokens, p.device, p.element_size())[0]
 
     def _batch(self, docs: list[list[int]]) -> list[str]:
-        """Summaries of documents decoded together (right-padded; ``[batch, N]``)."""
+        """Summaries of documents decoded together."""
+        return [s.strip() for s in summaries(self.model, self.tokenizer, self.generation, *self.padded(docs))]
+
+    def padded(self, docs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids of documents decoded together, right-padded ``[batch, N]``, and their mask, on the
+        model's device."""
         device = next(self.model.parameters()).device
         ids = torch.full((len(docs), max(len(d) for d in docs)), self.method.spec.pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
         for row, d in enumerate(docs):
             ids[row, :len(d)] = torch.tensor(d, dtype=torch.long)
             mask[row, :len(d)] = 1
-        return [s.strip() for s in summaries(self.model, self.tokenizer, self.generation, ids.to(device), mask.to(device))]
+        return ids.to(device), mask.to(device)
 
     def token_ids(self, text: str) -> list[int]:
         """The document as the run tokenized its data: special tokens around it, literals such as HTML's
