@@ -99,16 +99,16 @@ def timed_passes(s: Summarizer, docs: list[str], sizes: Sequence[int], repeats: 
     return out
 
 
-def beam_scores(s: Summarizer, docs: list[str], size: int, which: list[int]) -> list[dict[str, Any]]:
-    """For each document in ``which``: its best beam score alone and in its batch of ``size`` (None at one
-    beam, which has no sequence score)."""
-    if s.generation.num_beams == 1:
+def beam_scores(s: Summarizer, ids: list[list[int]], size: int, which: list[int]) -> list[dict[str, Any]]:
+    """For each document in ``which`` (``ids``: every document's tokens): its best beam score alone and in
+    its batch of ``size`` (None at one beam, which has no sequence score)."""
+    if s.generation.num_beams == 1 or not which:
         return [{"doc": i, "alone": None, "batched": None} for i in which]
-    ids = [s.token_ids(t) for t in docs]
     kw = {**generation_kwargs(s.generation), "output_scores": True, "return_dict_in_generate": True}
+    batches = length_sorted_batches([len(d) for d in ids], size)
     out = []
     for i in which:
-        idx = next(b for b in length_sorted_batches([len(d) for d in ids], size) if i in b)
+        idx = next(b for b in batches if i in b)
         alone = s.model.generate(*s.padded([ids[i]]), **kw).sequences_scores[0]
         batched = s.model.generate(*s.padded([ids[j] for j in idx]), **kw).sequences_scores[idx.index(i)]
         out.append({"doc": i, "alone": float(alone), "batched": float(batched)})
@@ -132,7 +132,7 @@ def measure(methods: Sequence[str], n_docs: int = 32, beams: Sequence[int] = (1,
                              "pass_s": cost_fit.quartiles(times)[1], "encode_s": cost_fit.quartiles(enc_times)[1],
                              "timed": len(times), "same_summaries": not differ,
                              "summary_tokens_mean": sum(len(s.tokenizer(x, add_special_tokens=False)["input_ids"]) for x in out) / n_docs,
-                             "differing": beam_scores(s, docs, size, differ)})
+                             "differing": beam_scores(s, [s.token_ids(t) for t in docs], size, differ)})
                 log(f"{method}, {b} beam(s), batch {size}: {med:.2f} docs/s (IQR {p75 - p25:.2f})")
     return {"schema": 2, "backbone": "tiny_bart_reader", "data": f"{n_docs} test ledgers (~2.5k tokens)",
             "new_tokens": new_tokens, "stop": "forced" if forced else "eos", "repeats": repeats,

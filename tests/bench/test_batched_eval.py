@@ -57,3 +57,12 @@ def test_a_changed_summary_shows_with_its_beam_score_gap():
 def test_bad_arguments_are_named(argv, message):
     with pytest.raises(SystemExit, match=re.escape(message)):
         batched_eval.main(argv)
+
+
+def test_beam_scores_of_a_document_alone_and_in_its_batch():
+    s = batched_eval.summarizer("truncation", 2, 4)
+    ids = [s.token_ids(t) for t in batched_eval.ledgers(3)]
+    (got,) = batched_eval.beam_scores(s, ids, 3, [1])
+    assert got["doc"] == 1 and got["alone"] < 0 and abs(got["alone"] - got["batched"]) < 1e-4
+    assert batched_eval.beam_scores(batched_eval.summarizer("truncation", 1, 4), ids, 3, [1]) == [
+        {"doc": 1, "alone": None, "batched": None}]  # greedy search has no sequence score
