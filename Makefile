@@ -93,7 +93,8 @@ bench-compare: setup  ## results/bench/compare-memory.{json,md}: `scaleformer co
 	$(PY) scripts/bench_compare.py
 
 .PHONY: bench-eval
-bench-eval: setup  ## results/bench/batched-eval-cpu*.{json,md}: documents per second of 32 ledgers, one at a time vs batched: 32 and 64 forced tokens at 1 and 4 beams, and the tiny table's own decoding (~50 min)
+bench-eval: setup  ## results/bench/batched-eval-cpu*.{json,md}: documents per second of 32 ledgers, one at a time vs batched: 32 and 64 forced tokens at 1 and 4 beams (the first also under glibc's default heap, the setting's before), and the tiny table's own decoding (~65 min)
+	SCALEFORMER_KEEP_FREED_MEMORY=0 $(PY) -m scaleformer.bench.batched_eval --methods truncation,sled --new-tokens 32 --tag glibc --out results/bench
 	$(PY) -m scaleformer.bench.batched_eval --methods truncation,sled --new-tokens 32 --out results/bench
 	$(PY) -m scaleformer.bench.batched_eval --methods sled --new-tokens 64 --tag sled64 --out results/bench
 	$(PY) -m scaleformer.bench.batched_eval --methods truncation,sled,scaleformer_middle --beams 4 --new-tokens 128 --stop eos --tag eval --out results/bench

@@ -22,6 +22,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
+# The heap as the console commands set it (scaleformer.ops.host_memory): tests run what users run, from the
+# first test on, whatever order the tests come in.
+from scaleformer.ops.host_memory import keep_freed_memory  # noqa: E402
+
+keep_freed_memory()
+
 
 # The fast tier trains the smallest random backbone unless a test names another: the embedded
 # default's pretrained reader is exercised by the README, reader and slow tests.

@@ -51,6 +51,7 @@ from scaleformer.artifacts.grid import expand_grid, load_spec, resolve_run_ids
 from scaleformer.artifacts.gridrun import run_grid
 from scaleformer.bench.step import VARIANTS, logged_every_micro_batch, variant_overrides
 from scaleformer.io import atomic_write_text
+from scaleformer.ops.host_memory import keep_freed_memory
 from scaleformer.resources import experiments_dir
 from scaleformer.runs import cost_fit
 from scaleformer.runs.results import Results
@@ -179,6 +180,7 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    keep_freed_memory()
     ap = argparse.ArgumentParser(prog="gpu_perf", description="table1's training cells, optimisations off and on.")
     ap.add_argument("--out", default=str(Path("results") / "gpu-perf" / time.strftime("%Y-%m-%d")))
     ap.add_argument("--tiny", action="store_true", help="tiny shapes on any device (the test tier's CPU run)")

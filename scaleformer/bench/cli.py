@@ -17,6 +17,7 @@ from scaleformer.bench.rows import PEERS, option_names
 from scaleformer.bench.runner import problems, run_profile
 from scaleformer.errors import ConfigError
 from scaleformer.methods import REGISTRY
+from scaleformer.ops.host_memory import keep_freed_memory
 
 
 def unknown_methods(profile: Any) -> list[str]:
@@ -43,6 +44,7 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    keep_freed_memory()
     ap = argparse.ArgumentParser(prog="scaleformer bench", description="Speed, memory and scaling of every long-context method.",
                                  epilog=f"profiles (conf/bench): {', '.join(profile_names())}")
     ap.add_argument("--profile", default="cpu-tiny", help="a conf/bench profile name or a yaml path")

@@ -40,6 +40,7 @@ import torch
 from scaleformer.bench.measure import Timing, count_ops
 from scaleformer.io import atomic_write_text
 from scaleformer.ops import binding, decoding
+from scaleformer.ops.host_memory import keep_freed_memory
 from scaleformer.resources import conf_dir, resolve_asset
 from scaleformer.runs.runtime import machine
 
@@ -205,6 +206,7 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    keep_freed_memory()
     ap = argparse.ArgumentParser(prog="python -m scaleformer.bench.decode_overhead",
                                  description="Decoding's per-token overhead on the CPU: dynamic vs static cache.")
     ap.add_argument("--out", default=str(Path("results") / "bench" / "decode-overhead-cpu.json"),

@@ -15,8 +15,6 @@ not only tensors. Growth figures are above the model + inputs already resident.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import gc
 import statistics
 import time
@@ -26,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from scaleformer.ops.host_memory import release_freed_memory
 
 
 @dataclass(frozen=True)
@@ -77,10 +77,7 @@ class MemoryProbe:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.available = True
-        self._trim = None
         if device.type == "cpu":
-            with contextlib.suppress(OSError, AttributeError):
-                self._trim = ctypes.CDLL("libc.so.6").malloc_trim
             try:
                 self._status()
                 Path("/proc/self/clear_refs").write_text("5")
@@ -104,8 +101,7 @@ class MemoryProbe:
             return torch.cuda.memory_allocated(self.device)
         if not self.available:
             return None
-        if self._trim is not None:
-            self._trim(0)
+        release_freed_memory()
         Path("/proc/self/clear_refs").write_text("5")
         return self._status()["VmRSS"]
 

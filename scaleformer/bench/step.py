@@ -30,6 +30,7 @@ import torch
 
 from scaleformer.compose import compose_config
 from scaleformer.io import atomic_write_text
+from scaleformer.ops.host_memory import keep_freed_memory
 from scaleformer.resources import conf_dir
 from scaleformer.runs import cost_fit
 from scaleformer.runs.module import SummarizationModule
@@ -157,6 +158,7 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    keep_freed_memory()
     ap = argparse.ArgumentParser(prog="bench_step", description="The training step's framework overhead on the CPU.")
     ap.add_argument("--methods", default="scaleformer_middle,sled,truncation", help="comma-separated methods")
     ap.add_argument("--out", default=str(Path("results") / "bench"), help="output folder")

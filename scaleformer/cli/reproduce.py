@@ -25,10 +25,12 @@ from scaleformer.artifacts.grid import load_spec, select_methods
 from scaleformer.artifacts.gridrun import launch, run_grid
 from scaleformer.artifacts.tables import build_figure, build_table
 from scaleformer.errors import UserError
+from scaleformer.ops.host_memory import keep_freed_memory
 from scaleformer.resources import experiments_dir
 
 
 def main(argv: list[str] | None = None) -> int:
+    keep_freed_memory()
     ap = argparse.ArgumentParser(prog="scaleformer reproduce", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     specs = ", ".join(sorted(p.stem for p in experiments_dir().glob("*.yaml")))
     ap.add_argument("artifact", help=f"name of a file in experiments/ ({specs})")

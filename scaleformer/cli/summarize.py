@@ -23,6 +23,7 @@ from typing import Any
 from scaleformer.errors import ConfigError, redact
 from scaleformer.io import atomic_write_jsonl, atomic_write_text, iter_jsonl, refuse_overwrite
 from scaleformer.model.hub import HubUnreachableError
+from scaleformer.ops.host_memory import keep_freed_memory
 from scaleformer.resources import group_options
 from scaleformer.runs.console import quiet
 
@@ -99,6 +100,7 @@ def _check_method(option: str | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    keep_freed_memory()
     ap = argparse.ArgumentParser(prog="scaleformer summarize", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="a model folder (results/runs/<run>/model, hf_trainer.py's --output) or Hub id")

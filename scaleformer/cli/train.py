@@ -22,6 +22,7 @@ from omegaconf import DictConfig, open_dict
 from scaleformer.artifacts.sweeps import record_job_failure
 from scaleformer.compose import group_choices, register_configs
 from scaleformer.errors import ConfigError, UserError, redact, storage_error
+from scaleformer.ops.host_memory import keep_freed_memory
 from scaleformer.resources import conf_dir
 from scaleformer.runs.context import check_all_targets, check_groups
 
@@ -34,6 +35,7 @@ def main() -> None:
     import sys
 
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # composition errors come back here as exceptions
+    keep_freed_memory()
     check_overrides(sys.argv[1:])
     check_composed_targets(sys.argv[1:])
     try:

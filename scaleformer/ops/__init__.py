@@ -7,7 +7,8 @@
 - ``kept_layer``: the encoder's last layer at kept positions only; ``spans``: per-layer attention
   spans (full, block, sliding window) for MASFormer;
 - ``decoding``: generation with beam-shared cross-attention; ``retrieval``: top-k cross-attention
-  layers (Unlimiformer, Memorizing Transformers).
+  layers (Unlimiformer, Memorizing Transformers); ``host_memory``: the CPU heap under tensors (keep freed
+  blocks for reuse, or hand them back).
 
 Imports nothing above ``errors`` and ``config``.
 """

@@ -29,8 +29,6 @@ each micro-batch, so memory is bounded by the micro-batch plus what the decoder 
 
 from __future__ import annotations
 
-import ctypes
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -39,6 +37,7 @@ import torch
 import torch.utils.checkpoint
 
 from scaleformer.errors import ConfigError
+from scaleformer.ops.host_memory import release_freed_memory
 from scaleformer.ops.kept_layer import full_then_gather
 from scaleformer.ops.packing import PackedSink
 
@@ -333,28 +332,6 @@ def encode_chunks(
         return [None] * len(picks)
     return [torch.cat(o, 0) if o else ids.new_zeros((0, pos.shape[1], d), dtype=torch.float)
             for o, (_, pos) in zip(outs, picks)]
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc
-        return None
-
-
-def release_freed_memory(*_: Any) -> None:
-    """Hand freed heap memory back to the OS (glibc ``malloc_trim``; elsewhere a no-op). Returns None,
-    so it also serves as a gradient hook that leaves the gradient alone.
-
-    Why: glibc keeps freed mid-size blocks resident (its dynamic mmap threshold moves them onto the
-    heap), so encoding micro-batch after micro-batch grows the resident set by each one's transient
-    activations although one micro-batch is alive at a time. A 500k-token checkpointed training step
-    (tiny_bart, scaleformer_middle) peaked at +2.2 GB RSS without this and +0.39 GB with it.
-    """
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 def auto_encoder_batch_size(device: torch.device, width: int, spec: Any, *, training: bool,
