@@ -41,6 +41,7 @@ def test_every_spec_has_a_dryrun_profile_at_the_papers_shapes(artifact):
     assert cfg.generation.min_new_tokens == cfg.generation.max_new_tokens == want
 
 
+@pytest.mark.slow  # ~50 s of BART-base on a CPU; the same probe at tiny shapes: test_a_dryrun_grid_writes_its_cost_table
 def test_one_dryrun_cell_at_bart_base_shape(tmp_path):
     """BART-base's architecture (random weights), a GovReport-shaped document read past 1,024 positions by
     SLED, one warm-up and one timed micro-batch per setting, a 4-beam generation; the cost record and the
