@@ -14,11 +14,11 @@ the benchmarks and the test suite call it at start (``SCALEFORMER_KEEP_FREED_MEM
 defaults); a library user calls it once, or preloads another allocator.
 
 The resident set then stays at its peak instead of shrinking between phases, plus a few transient
-blocks: torch's 64-byte-aligned requests are a little larger than the block a same-size tensor freed,
-so the heap grows by a few blocks before every request finds one (the pair above: +136 MiB over its
-first 10 calls, flat and fault-free after). Where memory is the
-constraint, :func:`release_freed_memory` hands it back explicitly: checkpointed chunk encoding calls it
-between micro-batches, forward and backward, and the memory probe before each measured phase.
+blocks: the heap grows (``brk``) by a few blocks before every request finds a freed one (the pair
+above: +136 MiB over its first 10 calls, flat and fault-free after; the cause is glibc's placement of
+torch's 64-byte-aligned requests, by the look of it, not verified). Where memory is the constraint,
+:func:`release_freed_memory` hands it back explicitly: checkpointed chunk encoding calls it between
+micro-batches, forward and backward, and the memory probe before each measured phase.
 Elsewhere than glibc both are no-ops.
 """
 
