@@ -292,3 +292,17 @@ def test_a_run_checks_and_names_itself_once(tmp_path):
     assert json.loads(line[6:]) == {
         "check_groups": 1, "fill_run_paths": 1, "training_identity": 1, "evaluation_identity": 1,
         "check_path_length:paths.root": 1, "check_path_length:paths.cache": 1, "check_path_length:paths.run_dir": 1}
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    ("method.overlap=2000", r"^method\.overlap=2000: must be < method\.chunk_size \(1024\)$"),
+    ("method.chunk_size=-1", r"^method\.chunk_size=-1: must be > 0$"),
+    ("+method.no_such_key=1", r"^method\.no_such_key: "),
+])
+def test_the_commands_early_check_covers_the_methods_own_keys(override, line):
+    """``check_groups`` is what `train.py` runs before importing Lightning, the data and the model: a
+    method's key or range is refused there, in the seconds composing takes, not after the heavy imports."""
+    from scaleformer.runs.context import check_groups
+
+    with pytest.raises(ConfigError, match=line):
+        check_groups(compose(["method=sled", override]))

@@ -73,6 +73,7 @@ def check_groups(cfg: DictConfig) -> tuple[Config, DictConfig]:
     except Exception as e:  # omegaconf's errors name the key; keep them, drop the traceback noise
         raise ConfigError(str(e).splitlines()[0] + _key_hint(e)) from None
     obj: Config = OmegaConf.to_object(merged)  # runs __post_init__ range checks
+    method_config(resolved.method)  # the method's own keys and ranges: no Lightning import needed for them
     for group in ("logger", "callbacks"):
         for name, node in getattr(obj, group).items():
             check(node is None or (isinstance(node, dict) and isinstance(node.get("_target_"), str)),
