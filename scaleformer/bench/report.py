@@ -14,6 +14,7 @@ from typing import Any
 from scaleformer.bench.plot import plot
 from scaleformer.bench.summary import MEMORY_KEYS, SCALING_KEYS, cells_of
 from scaleformer.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from scaleformer.ops.host_memory import DEFAULTS
 
 
 def _ms(x: float | None) -> str:
@@ -93,6 +94,8 @@ def _header(doc: dict[str, Any]) -> list[str]:
         f"# Benchmark `{doc['profile']}`", "",
         f"- device: {env['device_name']} ({env['device']}), torch {env['torch']}, transformers "
         f"{env['transformers']}, {env['threads']} thread(s) of {env.get('cpus')} CPU(s)"
+        # a CPU timing depends on the heap (scaleformer.ops.host_memory); records before the setting had glibc's
+        + (f"; CPU heap: {env.get('host_memory', DEFAULTS)}" if env["device"] == "cpu" else "")
         + (f"; load average at the start {load[0]:.2f}" if load else ""),
         f"- dtype {s['dtype']}, attention {s['attn']}, random weights; one document per run; "
         f"{s['new_tokens']} new tokens forced (min = max), beams {beams}; training step = forward + "

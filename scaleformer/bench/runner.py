@@ -36,6 +36,7 @@ from scaleformer.bench.rows import LED, Row, SkipMethod, build_row, expand_metho
 from scaleformer.bench.shapes import Shape, attention_impl, load_shape
 from scaleformer.bench.summary import summarise
 from scaleformer.io import atomic_write_json
+from scaleformer.ops.host_memory import heap
 from scaleformer.resources import package_commit
 from scaleformer.runs.runtime import device_name
 
@@ -210,7 +211,7 @@ def environment(device: torch.device) -> dict[str, Any]:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     env = {"device": device.type, "device_name": device_name(device), "torch": torch.__version__,
            "transformers": transformers.__version__, "python": platform.python_version(),
-           "cuda": torch.version.cuda, "threads": torch.get_num_threads(), "cpus": cpus}
+           "cuda": torch.version.cuda, "threads": torch.get_num_threads(), "cpus": cpus, "host_memory": heap()}
     with contextlib.suppress(OSError):
         env["load_average"] = [round(x, 2) for x in os.getloadavg()]  # others' work slows a shared CPU
     if device.type == "cuda":

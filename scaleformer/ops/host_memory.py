@@ -33,6 +33,10 @@ from typing import Any
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 LIMIT = 1 << 30  # freed blocks up to 1 GiB are kept (BART-base's feed-forward at 16 chunks: 201 MB)
 ENV = "SCALEFORMER_KEEP_FREED_MEMORY"
+# What results record as the heap their timings ran under (:func:`heap`); records from before the setting
+# existed ran under glibc's defaults.
+KEPT, DEFAULTS = "freed blocks kept", "glibc defaults"
+_kept = False  # set by keep_freed_memory: whether this process's heap keeps freed blocks
 
 
 @functools.cache
@@ -64,7 +68,17 @@ def release_freed_memory(*_: Any) -> None:
 def keep_freed_memory(limit: int = LIMIT) -> bool:
     """Keep freed heap blocks up to ``limit`` bytes for reuse (once per process; see the module docstring).
     Returns whether glibc took both settings (False elsewhere, or with ``SCALEFORMER_KEEP_FREED_MEMORY=0``)."""
+    global _kept
     libc = _libc()
     if libc is None or os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return False
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, int(limit))) & bool(libc.mallopt(M_TRIM_THRESHOLD, int(limit)))
+    _kept = bool(libc.mallopt(M_MMAP_THRESHOLD, int(limit))) & bool(libc.mallopt(M_TRIM_THRESHOLD, int(limit)))
+    return _kept
+
+
+def heap() -> str:
+    """The CPU heap this process runs under, as results record it next to their timings: a CPU step's time
+    depends on it (page faults on every fresh block under glibc's defaults)."""
+    if _kept:
+        return KEPT
+    return DEFAULTS if _libc() is not None else "the C library's defaults (not glibc)"

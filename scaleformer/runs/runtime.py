@@ -120,8 +120,12 @@ def device_name(device: Any) -> str:
 
 
 def machine() -> str:
-    """This machine as a run's results record it: the device a run computes on, cores and torch threads."""
+    """This machine as a run's results record it: the device a run computes on, cores, torch threads and
+    the CPU heap (:func:`scaleformer.ops.host_memory.heap`), all of which a CPU timing depends on."""
     import torch
 
+    from scaleformer.ops.host_memory import heap
+
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    return f"{device_name(device)}; {os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads"
+    return (f"{device_name(device)}; {os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads; "
+            f"CPU heap: {heap()}")

@@ -19,7 +19,8 @@ PAGES = 8 * 2**20 * 4 // 4096  # 4 KiB pages of one 32 MiB float32 tensor
 # calls; a bounded overhead: the resident set then stays flat).
 PROBE = """
 import resource, torch
-from scaleformer.ops.host_memory import keep_freed_memory
+from scaleformer.ops.host_memory import heap, keep_freed_memory
+from scaleformer.runs.runtime import machine
 kept = keep_freed_memory()
 torch.set_num_threads(1)
 faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -28,26 +29,31 @@ for _ in range(8):
 f0 = faults()
 for _ in range(5):
     x = torch.ones(8 * 2**20); del x
-print(kept, (faults() - f0) / 5)
+print(kept, (faults() - f0) / 5, machine().endswith(f"CPU heap: {heap()}"), heap())
 """
 
 
-def probe(**env: str) -> tuple[bool, float]:
+def probe(**env: str) -> tuple[bool, float, str]:
+    """Whether the setting took, the page faults per 32 MiB tensor, and the heap the process's results
+    record (checked to be the one its ``machine()`` names)."""
     out = subprocess.run([sys.executable, "-c", PROBE], env={**os.environ, **env}, capture_output=True, text=True,
-                         check=True).stdout.split()
-    return out[0] == "True", float(out[1])
+                         check=True).stdout.split(maxsplit=3)
+    assert out[2] == "True", f"machine() does not end with the heap {out[3]!r}"
+    return out[0] == "True", float(out[1]), out[3].strip()
 
 
 def test_freed_tensor_memory_is_reused_without_page_faults():
-    kept, faults = probe()
+    kept, faults, heap = probe()
     if not kept:
         pytest.skip("not glibc: the C library's heap is left as it is")
     assert faults < 0.05 * PAGES
+    assert heap == host_memory.KEPT
 
 
 def test_the_opt_out_keeps_glibcs_defaults_which_fault_each_large_tensor_in_again():
-    kept, faults = probe(**{host_memory.ENV: "0"})
+    kept, faults, heap = probe(**{host_memory.ENV: "0"})
     assert kept is False
+    assert heap != host_memory.KEPT
     thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
     if host_memory._libc() is None or (thp.exists() and "[always]" in thp.read_text()):
         pytest.skip("not glibc, or huge pages back every mapping: fewer faults, same reason")
