@@ -57,6 +57,20 @@ def test_unknown_group_option_is_rejected():
         compose(["method=no_such_method"])
 
 
+def test_an_unknown_option_is_one_line_listing_the_options_a_user_can_choose():
+    """The command's line lists the group's options, not the structured-config bases registered beside them
+    (``sled_schema``: the defaults SledConfig holds, which every ``sled*.yaml`` starts from)."""
+    from scaleformer.cli.train import composition_error
+
+    with pytest.raises((ConfigCompositionException, HydraException)) as e:
+        compose(["method=no_such_method"])
+    line = composition_error(e.value)
+    assert "Could not find 'method/no_such_method'" in line and "\n" not in line
+    options = line.split("Available options in 'method': ", 1)[1].split(", ")
+    assert {"sled", "truncation", "scaleformer_middle"} <= set(options)
+    assert not [o for o in options if o.endswith("_schema")]
+
+
 def test_typo_key_is_rejected_naming_the_key():
     with pytest.raises((ConfigCompositionException, HydraException, OmegaConfBaseException),
                        match="max_inputtokens"):

@@ -161,7 +161,9 @@ def composition_error(e: BaseException) -> str:
     lines = [line.strip() for line in str(e).split("Config search path")[0].splitlines() if line.strip()]
     if any(line.startswith("Available options") for line in lines):  # Hydra lists them one per line
         i = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
-        lines = [*lines[:i], f"{lines[i]} {', '.join(lines[i + 1:])}"]
+        # the structured-config bases (register_configs' `<option>_schema`) are not choices
+        options = [o for o in lines[i + 1:] if not o.endswith("_schema")]
+        lines = [*lines[:i], f"{lines[i]} {', '.join(options)}"]
     parts = lines[:3]
     cause = e.__cause__
     if cause is not None and str(cause).strip():
