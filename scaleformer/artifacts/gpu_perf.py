@@ -54,6 +54,7 @@ from scaleformer.io import atomic_write_text
 from scaleformer.ops.host_memory import keep_freed_memory
 from scaleformer.resources import experiments_dir
 from scaleformer.runs import cost_fit
+from scaleformer.runs.cost_fit import SLOW
 from scaleformer.runs.results import Results
 
 METHODS = ["truncation", "sled", "scaleformer_middle"]
@@ -95,7 +96,32 @@ def cell_row(result: Results) -> dict[str, Any]:
             "mfu": cost_fit.mfu(g.get("flops"), g["time_s"], peak), "peak_gb": (g.get("mem_peak_bytes") or 0) / 1e9,
             "syncs_per_step": g.get("syncs_per_step"), "kernels_per_step": g.get("kernels_per_step"),
             "ops_per_step": g.get("aten_ops_per_step"), "phases": g["phases"], "device": cost.get("device"),
-            "matmul_tflops": peak, "setting": g["setting"]}
+            "matmul_tflops": peak, "setting": g["setting"], "slow": g.get("slow")}
+
+
+# The counters of a slow micro-batch (scaleformer.runs.cost_waits), as the table below the cells names them.
+WAITS = (("thread_cpu_s", "launching thread's CPU s", "{:.3g}"), ("involuntary_switches", "involuntary switches", "{:.0f}"),
+         ("gc_s", "GC s", "{:.3g}"), ("device_allocs", "cudaMalloc", "{:.0f}"), ("device_frees", "cudaFree", "{:.0f}"),
+         ("alloc_retries", "allocator retries", "{:.0f}"), ("sm_clock_mhz", "SM MHz", "{:.0f}"))
+
+
+def slow_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per cell and variant with slow micro-batches: their count, extra time, and each counter's mean over
+    them against the others' (where a slow step's time went)."""
+    lines = []
+    for r in rows:
+        for v in VARIANTS:
+            slow = (r.get(v) or {}).get("slow")
+            if not slow or not slow["count"]:
+                continue
+            parts = [f"{_n(slow[k]['slow'], f)} vs {_n(slow[k]['others'], f)} {name}" for k, name, f in WAITS
+                     if k in slow and slow[k]["slow"] is not None]
+            lines.append(f"- {r['method']}/{r['dataset']}/{v}: {slow['count']} of {slow['of']}, "
+                         f"{slow['excess_s']:.3g} s over the median in all; " + ", ".join(parts))
+    if lines:
+        lines = ["", f"Slow micro-batches (above {SLOW}x their group's median; scaleformer/runs/cost_waits.py), "
+                 "each counter's mean over them vs over the others:", "", *lines]
+    return lines
 
 
 # Most telling first, so that a short window measures what the targets are about: SLED, then ScaleFormer +
@@ -174,6 +200,7 @@ def render(doc: dict[str, Any]) -> str:
     if recomputed:
         lines += ["", f"Timed with the chunks recomputed (checkpoint_chunks=null chose it: by the memory model the plain step would not fit): "
                   f"{', '.join(recomputed)}."]
+    lines += slow_lines(doc["rows"])
     if doc.get("generation"):
         lines += gpu_perf_generate.render(doc["generation"])
     return "\n".join([*lines, ""])

@@ -17,7 +17,10 @@ scheduler) and other (callbacks, logging, the loop). On a GPU these are CUDA eve
 synchronisation after each group's last timed micro-batch; on a CPU, host clocks. The matmul rate the
 table's MFU divides by is measured before the first step, in this process, at the run's precision. With
 ``trainer.cost_bare``, each timed micro-batch's forward + backward runs again alone right after it (the
-framework's overhead is the pair's difference). Training ends when the schedule is done.
+framework's overhead is the pair's difference). Each micro-batch also records what its cycle waited on
+(``waits``: the launching thread's CPU time, its involuntary switches, garbage collection, the CUDA
+allocator's trips to the driver, the SM clock; :mod:`scaleformer.runs.cost_waits`), so a slow one can be
+told apart. Training ends when the schedule is done.
 
 Generation's half (per ``predict`` call, encoding apart) is :class:`scaleformer.runs.cost_generate.GenerationProbe`.
 The record goes into ``metrics.json`` under ``cost``; :mod:`scaleformer.artifacts.costs` turns a grid's
@@ -47,6 +50,7 @@ from scaleformer.bench.measure import (
 from scaleformer.ops import compat
 from scaleformer.runs.cost_generate import GenerationProbe
 from scaleformer.runs.cost_schedule import settings
+from scaleformer.runs.cost_waits import WaitCounters, since
 
 log = logging.getLogger("scaleformer")
 
@@ -81,6 +85,8 @@ class CostProbe(GenerationProbe):
         self.train_scaling = "linear"  # the same for training (Unlimiformer's standard mode trains on a window)
         self._scaled = False  # whether the scaling above was read (at the first micro-batch)
         self._encoder_flops: list[int] = []
+        self._waits: WaitCounters | None = None  # what a slow cycle waited on (cost_waits), read at its ends
+        self._cycle_counts: dict[str, Any] | None = None  # their reading where the running cycle started
 
     # ------------------------------------------------------------------------------------ schedule
     @property
@@ -119,6 +125,11 @@ class CostProbe(GenerationProbe):
             names = [n for n in names if n != "plain"]
         self.groups = [{"setting": s, "fraction": f} for s in names for f in self.lengths]
         self.peak = matmul_peak(pl_module.device, compute_dtype(str(trainer.precision)))
+        self._waits = WaitCounters(pl_module.device)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._waits is not None:
+            self._waits.close()
 
     # --------------------------------------------------------------------------------- micro-batches
     def _mark(self, name: str, device: torch.device) -> None:
@@ -161,6 +172,8 @@ class CostProbe(GenerationProbe):
             self._base = self._memory(pl_module.device).start()
         self._events = {}
         self._mark("start", pl_module.device)
+        if self._cycle_counts is None and self._waits is not None:  # the first cycle starts at its own hook
+            self._cycle_counts = self._waits.read()
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         self._mark("forward", pl_module.device)
@@ -177,6 +190,7 @@ class CostProbe(GenerationProbe):
             return
         device = pl_module.device
         self._mark("end", device)
+        ended = self._waits.read() if self._waits is not None else None
         g, i = self._slot
         if self._syncs is not None:  # closed first: stopping the profiler below synchronises the device itself
             torch.cuda.set_sync_debug_mode(0)
@@ -201,6 +215,8 @@ class CostProbe(GenerationProbe):
         if prev is None:  # the first cycle starts at its own hook: the data it waited for came before
             self._data_s = 0.0
         step["time_s"], step["phases"] = _split(host, prev[0] if prev else host["start"], self._data_s)
+        if ended is not None and self._cycle_counts is not None:
+            step["waits"] = since(self._cycle_counts, ended)
         if device.type == "cuda" and not step["warmup"]:
             self._pending.append((step, dict(self._events), prev[1] if prev else self._events.get("start"), self._data_s))
         self._data_s = 0.0
@@ -227,6 +243,7 @@ class CostProbe(GenerationProbe):
             self._ops.__enter__()
         # the next cycle starts here: after this micro-batch's bare pair, which it must not pay for
         self._prev_end = (time.perf_counter(), (step.get("_bare_events") or (None, self._events.get("end")))[1])
+        self._cycle_counts = self._waits.read() if self._waits is not None else None
 
     def _time_bare(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, step: dict[str, Any]) -> None:
         """The micro-batch's forward + backward alone, as the step's closure runs them (gradients zeroed, the
@@ -300,6 +317,8 @@ class CostProbe(GenerationProbe):
         return self._encoder_flops[0] if self._encoder_flops else None
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if self._waits is not None:
+            self._waits.close()
         if self._flops is not None:  # a failed micro-batch must not leave the counters on
             self._flops.__exit__(None, None, None)
             self._flops = None

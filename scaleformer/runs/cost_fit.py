@@ -18,6 +18,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+SLOW = 1.5  # a timed micro-batch above this multiple of its group's median is "slow" (slow_steps)
+
 SETTINGS = ("plain", "checkpoint")
 
 
@@ -51,7 +53,7 @@ def groups(cost: dict[str, Any]) -> list[dict[str, Any]]:
         tokens = group.get("tokens_per_step") or [group.get("input_tokens", 0)]
         row = {**{k: v for k, v in group.items() if k != "tokens_per_step"}, "tokens": statistics.mean(tokens),
                "time_s": med, "time_p25_s": p25, "time_p75_s": p75, "time_iqr_s": p75 - p25,
-               "repeats": len(timed), "phases": phases}
+               "repeats": len(timed), "phases": phases, "slow": slow_steps(timed, med)}
         if all("bare_s" in s for s in timed):  # each step paired with its bare forward + backward
             b25, bare, b75 = quartiles([s["bare_s"] for s in timed])
             o25, over, o75 = quartiles([s["time_s"] - s["bare_s"] for s in timed])
@@ -147,3 +149,22 @@ def _share(group: dict[str, Any]) -> float:
     """The encoder's share of a step's FLOPs (forward + backward = 3 x its forward)."""
     total, enc = group.get("flops"), group.get("encoder_forward_flops")
     return round(min(1.0, 3 * enc / total), 3) if total and enc is not None else 1.0
+
+
+def slow_steps(timed: list[dict[str, Any]], median_s: float) -> dict[str, Any] | None:
+    """A group's slow micro-batches (above :data:`SLOW` x its median) and, for each counter, its mean over
+    them against its mean over the others: where a slow step's extra time went. None without counters
+    (records from before :mod:`scaleformer.runs.cost_waits`)."""
+    if not timed or not all(s.get("waits") for s in timed):
+        return None
+    slow = [s for s in timed if s["time_s"] > SLOW * median_s]
+    rest = [s for s in timed if s["time_s"] <= SLOW * median_s]
+    out: dict[str, Any] = {"threshold": SLOW, "count": len(slow), "of": len(timed),
+                           "excess_s": round(sum(s["time_s"] - median_s for s in slow), 6)}
+    for key in timed[0]["waits"]:
+        def mean(steps: list[dict[str, Any]], key: str = key) -> float | None:
+            vals = [s["waits"][key] for s in steps if s["waits"].get(key) is not None]
+            return round(statistics.mean(vals), 6) if vals else None
+
+        out[key] = {"slow": mean(slow), "others": mean(rest)}
+    return out

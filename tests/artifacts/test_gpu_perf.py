@@ -29,6 +29,7 @@ def test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table(t
             v = r[variant]
             assert v["step_s"] > 0 and v["step_iqr_s"] >= 0 and 0 < v["mfu"] < 1 and v["peak_gb"] > 0
             assert v["ops_per_step"] > 0 and v["syncs_per_step"] is None  # a CPU: no device to sync with
+            assert v["slow"]["of"] >= 1 and "thread_cpu_s" in v["slow"]  # what slow micro-batches waited on
         assert r["after"]["ops_per_step"] < r["before"]["ops_per_step"]  # fused AdamW: fewer operators
     text = (out / "gpu-perf.md").read_text()
     assert "| sled | booksum |" in text and "->" in text
@@ -77,6 +78,20 @@ def test_generation_rows_cover_both_caches_and_beam_counts_with_their_floor_and_
     for needle in ("| 64 | 1 | dynamic |", "| 64 | 4 | static |", "| 1,024 | 4 | static |", "floor ms | x floor",
                    "<= 2 ms/token at 1 beam", "| sled | 1 |", "speed-up"):
         assert needle in text
+
+
+def test_slow_micro_batches_are_listed_with_what_they_waited_on():
+    slow = {"threshold": 1.5, "count": 2, "of": 10, "excess_s": 3.1,
+            "thread_cpu_s": {"slow": 1.2, "others": 0.05}, "gc_s": {"slow": 0.0, "others": 0.0},
+            "device_allocs": {"slow": 12.0, "others": 0.0}, "sm_clock_mhz": {"slow": None, "others": None}}
+    calm = {**slow, "count": 0}
+    rows = [{"method": "sled", "dataset": "summscreen", "after": {"slow": slow}, "before": {"slow": calm}},
+            {"method": "truncation", "dataset": "booksum", "after": {"slow": None}}]
+    text = "\n".join(gpu_perf.slow_lines(rows))
+    assert "- sled/summscreen/after: 2 of 10, 3.1 s over the median in all; 1.2 vs 0.05 launching thread's CPU s" in text
+    assert "12 vs 0 cudaMalloc" in text and "SM MHz" not in text  # no clock read: not listed
+    assert "before" not in text and "truncation" not in text  # no slow micro-batch, or no counters: no line
+    assert gpu_perf.slow_lines([rows[1]]) == []
 
 
 def test_a_spent_budget_measures_no_generation_row_and_names_each():

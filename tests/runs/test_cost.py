@@ -61,6 +61,39 @@ def test_timed_micro_batches_split_their_cycle_into_phases(sled_cost):
             assert ph["other"] > -1e-5
 
 
+def test_every_micro_batch_records_what_its_cycle_waited_on(sled_cost):
+    """The counters a slow step is told apart by (scaleformer.runs.cost_waits): the launching thread's CPU time
+    over the cycle, its involuntary switches, garbage collection; a CPU has no CUDA allocator or SM clock."""
+    steps = sled_cost["cost"]["train_steps"]
+    for s in steps:
+        w = s["waits"]
+        assert set(w) == {"thread_cpu_s", "gc_s", "gc_runs", "involuntary_switches"}
+        assert w["thread_cpu_s"] > 0 and w["gc_s"] >= 0 and w["gc_runs"] >= 0
+        assert w["involuntary_switches"] is None or w["involuntary_switches"] >= 0
+        # one thread's CPU time within its cycle's wall time (plus the clocks' granularity)
+        assert w["thread_cpu_s"] <= s["time_s"] + 0.02
+    g = cost_fit.groups(sled_cost["cost"])[0]
+    assert g["slow"]["of"] == 3 and 0 <= g["slow"]["count"] <= 3 and set(g["slow"]["thread_cpu_s"]) == {"slow", "others"}
+
+
+def test_wait_counters_see_the_collector_and_the_threads_own_time():
+    import gc
+
+    from scaleformer.runs.cost_waits import WaitCounters, since
+
+    counters = WaitCounters(torch.device("cpu"))
+    try:
+        start = counters.read()
+        gc.collect()
+        sum(i * i for i in range(200_000))  # the thread's own CPU time
+        grown = since(start, counters.read())
+    finally:
+        counters.close()
+    assert grown["gc_runs"] >= 1 and grown["gc_s"] > 0 and grown["thread_cpu_s"] > 0
+    assert counters._on_gc not in gc.callbacks  # closed: no callback left behind
+    assert "device_allocs" not in grown  # a CPU: no CUDA allocator to count
+
+
 def test_a_method_without_chunks_is_timed_in_its_one_setting(tmp_path):
     out = run(compose([*SMALL, "method=truncation", "++trainer.cost_lengths=[1.0]", f"paths.root={tmp_path}"]))
     assert [g["setting"] for g in out["cost"]["train_groups"]] == ["plain"] and out["train_steps"] == 6

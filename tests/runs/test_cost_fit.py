@@ -49,3 +49,18 @@ def test_one_length_splits_the_step_by_the_flops_that_grow():
     assert plain["flops"] == (pytest.approx(total - 3 * enc), pytest.approx(3 * enc / 4000))
     assert plain["peak_bytes"] == (1e9, pytest.approx(1e5))
     assert cost_fit.line([(1, 3.0), (3, 7.0), (2, 5.0)]) == (pytest.approx(1.0), pytest.approx(2.0))
+
+
+def test_slow_micro_batches_are_set_against_the_others_counter_by_counter():
+    """Three of ten micro-batches at 3x the median, each with a collection and driver allocations: the summary
+    counts them, their extra time, and each counter's mean over them against the rest's."""
+    fast = {"thread_cpu_s": 0.05, "gc_s": 0.0, "gc_runs": 0, "device_allocs": 0, "involuntary_switches": 1}
+    slow = {"thread_cpu_s": 0.06, "gc_s": 0.12, "gc_runs": 1, "device_allocs": 40, "involuntary_switches": 1}
+    timed = [{"time_s": 0.1, "waits": fast} for _ in range(7)] + [{"time_s": 0.3, "waits": slow} for _ in range(3)]
+    out = cost_fit.slow_steps(timed, 0.1)
+    assert (out["count"], out["of"], out["threshold"]) == (3, 10, cost_fit.SLOW)
+    assert out["excess_s"] == pytest.approx(3 * 0.2)
+    assert out["gc_s"] == {"slow": 0.12, "others": 0.0} and out["device_allocs"] == {"slow": 40, "others": 0}
+    assert out["thread_cpu_s"] == {"slow": 0.06, "others": 0.05}  # not the launching thread's own work
+    assert cost_fit.slow_steps([{"time_s": 0.1}], 0.1) is None  # a record from before the counters
+
