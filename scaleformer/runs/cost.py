@@ -125,6 +125,8 @@ class CostProbe(GenerationProbe):
             names = [n for n in names if n != "plain"]
         self.groups = [{"setting": s, "fraction": f} for s in names for f in self.lengths]
         self.peak = matmul_peak(pl_module.device, compute_dtype(str(trainer.precision)))
+        if self._waits is not None:  # a second fit: the first one's collector callback goes
+            self._waits.close()
         self._waits = WaitCounters(pl_module.device)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -171,9 +173,9 @@ class CostProbe(GenerationProbe):
         if i == self.warmup - 1:
             self._base = self._memory(pl_module.device).start()
         self._events = {}
-        self._mark("start", pl_module.device)
         if self._cycle_counts is None and self._waits is not None:  # the first cycle starts at its own hook
             self._cycle_counts = self._waits.read()
+        self._mark("start", pl_module.device)
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         self._mark("forward", pl_module.device)
@@ -241,9 +243,10 @@ class CostProbe(GenerationProbe):
         if nxt[0] < len(self.groups) and nxt[1] == self._probe_index:  # the next cycle's operators, from here
             self._ops = torch.profiler.profile(activities=profiler_activities(device))
             self._ops.__enter__()
-        # the next cycle starts here: after this micro-batch's bare pair, which it must not pay for
-        self._prev_end = (time.perf_counter(), (step.get("_bare_events") or (None, self._events.get("end")))[1])
+        # the next cycle starts here: after this micro-batch's bare pair, which it must not pay for (nor the
+        # counters' read)
         self._cycle_counts = self._waits.read() if self._waits is not None else None
+        self._prev_end = (time.perf_counter(), (step.get("_bare_events") or (None, self._events.get("end")))[1])
 
     def _time_bare(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, step: dict[str, Any]) -> None:
         """The micro-batch's forward + backward alone, as the step's closure runs them (gradients zeroed, the

@@ -1,14 +1,14 @@
 """What a slow training micro-batch waited on: counters read at each cycle's ends, so a step that takes
 3x its group's median can be told apart without a profiler trace.
 
-Why: on an H100 the cost probe's micro-batches of one shape took 0.07 to 2.2 s (SLED, 4,096 tokens, the
-same tensors each time), fast and slow ones alternating, forward and backward slowed alike. Candidates a
+Why: on an H100 the cost probe's micro-batches of one shape took 0.07 to 2.2 s (SLED, 4,096 tokens),
+fast and slow ones alternating, forward and backward slowed alike. Candidates a
 timer cannot separate: the launching thread was busy longer (its own CPU time grows: more Python, or a
 slower core), it was preempted (involuntary context switches), Python's garbage collector ran inside
 the step (time in ``gc`` callbacks), the CUDA caching allocator went to the driver (``cudaMalloc``/
 ``cudaFree``, the latter synchronising; ``num_device_alloc``/``num_device_free``/``num_alloc_retries``),
-or the GPU itself ran slower (its SM clock, where NVML is installed). Each is one cheap host read per
-cycle end and none synchronises the device.
+or the GPU itself ran slower (its SM clock, where NVML is installed; tried once). Each is a cheap host
+read at the cycle's ends, outside its timed span, and none synchronises the device.
 """
 
 from __future__ import annotations
@@ -39,6 +39,13 @@ class WaitCounters:
         self.gc_s, self.gc_runs = 0.0, 0
         self._gc_t0: float | None = None
         gc.callbacks.append(self._on_gc)
+        self._clock = device.type == "cuda" and self._sm_clock() is not None  # NVML here, or never asked again
+
+    def _sm_clock(self) -> int | None:
+        try:
+            return torch.cuda.clock_rate(self.device)  # NVML (pynvml)
+        except Exception:  # no NVML here
+            return None
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
@@ -59,19 +66,18 @@ class WaitCounters:
         if self.device.type == "cuda":
             stats = torch.cuda.memory_stats(self.device)  # the allocator's host-side counters: no sync
             out |= {k: stats.get(v) for k, v in DEVICE_KEYS.items()}
-            try:
-                out["sm_clock_mhz"] = torch.cuda.clock_rate(self.device)  # NVML (pynvml) where installed
-            except Exception:  # no NVML here: the clock is not recorded
-                out["sm_clock_mhz"] = None
+            out["sm_clock_mhz"] = self._sm_clock() if self._clock else None
         return out
 
 
 def since(start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
     """Each counter's growth from ``start`` to ``end`` (the clock: its reading at the end)."""
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in end.items():
-        if k == "sm_clock_mhz" or v is None or start.get(k) is None:
-            out[k] = v if k == "sm_clock_mhz" else None
+        if k == "sm_clock_mhz":
+            out[k] = v
+        elif v is None or start.get(k) is None:
+            out[k] = None
         else:
             out[k] = round(v - start[k], 6) if isinstance(v, float) else v - start[k]
     return out
