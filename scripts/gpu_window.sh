@@ -19,11 +19,20 @@ make gpu-check DIR="$work/gpu-check" GPU_CHECK_ARGS="--skip-bench$tier" >"$work/
 echo "gpu-check: exit $?"; tail -n 4 "$work/gpu-check/summary.md" 2>/dev/null | cut -c1-300
 left=$(( total - ($(date +%s) - start) ))
 py=.venv-gpu/bin/python; [ -x "$py" ] || py=python3
+# the GPU's clocks, power, temperature and use 4 times a second while the cells run (OUT/window.tgz:
+# nvidia-smi.csv): a slow micro-batch's ended_at (unix time) finds the clock it ran at, NVML or not
+smi=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.max.sm,power.draw,temperature.gpu,utilization.gpu \
+    --format=csv -lms 250 >"$work/nvidia-smi.csv" 2>&1 &
+  smi=$!
+fi
 # no cell or generation row starts in the last GPU_WINDOW_RESERVE s (default 150: a BookSum cell, the
 # cost table, a compile); the timeout is the backstop
 timeout "$left" "$py" scripts/gpu_perf.py --out "$work/gpu-perf" --tables "$work/dryrun" --runs "$work/runs" \
   --budget-s $(( left - ${GPU_WINDOW_RESERVE:-150} )) ${GPU_PERF_ARGS:-} >"$work/gpu-perf.log" 2>&1
 echo "gpu-perf: exit $? after $(( $(date +%s) - start )) s"
+[ -n "$smi" ] && kill "$smi" 2>/dev/null
 tail -n 50 "$work/gpu-perf.log" | cut -c1-400
 mkdir -p "$out"
 tar czf "$out/window.tgz" -C "$work" --exclude='*.ckpt' --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' .

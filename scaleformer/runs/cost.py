@@ -219,6 +219,7 @@ class CostProbe(GenerationProbe):
         step["time_s"], step["phases"] = _split(host, prev[0] if prev else host["start"], self._data_s)
         if ended is not None and self._cycle_counts is not None:
             step["waits"] = since(self._cycle_counts, ended)
+        step["ended_at"] = round(time.time(), 3)  # wall clock: lines the step up with a device log (nvidia-smi's)
         if device.type == "cuda" and not step["warmup"]:
             self._pending.append((step, dict(self._events), prev[1] if prev else self._events.get("start"), self._data_s))
         self._data_s = 0.0

@@ -72,6 +72,8 @@ def test_every_micro_batch_records_what_its_cycle_waited_on(sled_cost):
         assert w["involuntary_switches"] is None or w["involuntary_switches"] >= 0
         # one thread's CPU time within its cycle's wall time (plus the clocks' granularity)
         assert w["thread_cpu_s"] <= s["time_s"] + 0.02
+    ended = [s["ended_at"] for s in steps]  # wall clock, to line a step up with a device log
+    assert ended == sorted(ended) and ended[-1] - ended[0] < 600
     g = cost_fit.groups(sled_cost["cost"])[0]
     assert g["slow"]["of"] == 3 and 0 <= g["slow"]["count"] <= 3 and set(g["slow"]["thread_cpu_s"]) == {"slow", "others"}
 
