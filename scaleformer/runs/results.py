@@ -35,7 +35,7 @@ class Results:
     changes: dict[str, Any] | None = None  # a '-dirty' commit's changed files and diff hash
     tag: str | None = None
     device: str = "cpu"
-    machine: str = ""  # the device's model name, cores and torch threads (runtime.machine)
+    machine: str = ""  # the device's model name, cores, torch threads and CPU heap (runtime.machine)
     world_size: int = 1
     seed: int = 0
     train_steps: int = 0

@@ -280,7 +280,7 @@ def test_smoke_profile_runs_the_grid_and_renders_it(tmp_path):
     assert len(ours) == 2 * 3 * len(grid.profile_metrics(spec, "smoke"))
     assert all(r["ci_low"] != "" and r["n_docs"] == "1" for r in ours if r["ours"] != ""), "scores files give intervals"
     assert " ±0.0 (" in md and "One seed per cell: each interval is over documents only" in md
-    assert "Provenance: 3 runs; commit " in md and "torch threads; wall time " in md
+    assert "Provenance: 3 runs; commit " in md and "torch threads; CPU heap: " in md and "; wall time " in md
     facts = [r for r in ours if r["metric"] == "fact_recall"]
     assert facts and all(r["ours"] != "" for r in facts), "fact recall is scored on the synthetic columns"
     ceil = {(r["split"], r["dataset"]): float(r["ours"]) for r in rows if r["method"] == tables.CEILING}
