@@ -100,9 +100,10 @@ def cell_row(result: Results) -> dict[str, Any]:
 
 
 # The counters of a slow micro-batch (scaleformer.runs.cost_waits), as the table below the cells names them.
-WAITS = (("thread_cpu_s", "launching thread's CPU s", "{:.3g}"), ("involuntary_switches", "involuntary switches", "{:.0f}"),
-         ("gc_s", "GC s", "{:.3g}"), ("device_allocs", "cudaMalloc", "{:.0f}"), ("device_frees", "cudaFree", "{:.0f}"),
-         ("alloc_retries", "allocator retries", "{:.0f}"), ("sm_clock_mhz", "SM MHz", "{:.0f}"))
+# Each is a mean over micro-batches, so counts keep their fraction (0.4 switches is not 0).
+WAITS = (("thread_cpu_s", "launching thread's CPU s"), ("involuntary_switches", "involuntary switches"),
+         ("gc_s", "GC s"), ("device_allocs", "cudaMalloc"), ("device_frees", "cudaFree"),
+         ("alloc_retries", "allocator retries"), ("sm_clock_mhz", "SM MHz"))
 
 
 def slow_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -114,7 +115,7 @@ def slow_lines(rows: list[dict[str, Any]]) -> list[str]:
             slow = (r.get(v) or {}).get("slow")
             if not slow or not slow["count"]:
                 continue
-            parts = [f"{_n(slow[k]['slow'], f)} vs {_n(slow[k]['others'], f)} {name}" for k, name, f in WAITS
+            parts = [f"{_n(slow[k]['slow'], '{:.3g}')} vs {_n(slow[k]['others'], '{:.3g}')} {name}" for k, name in WAITS
                      if k in slow and slow[k]["slow"] is not None]
             lines.append(f"- {r['method']}/{r['dataset']}/{v}: {slow['count']} of {slow['of']}, "
                          f"{slow['excess_s']:.3g} s over the median in all; " + ", ".join(parts))

@@ -83,13 +83,15 @@ def test_generation_rows_cover_both_caches_and_beam_counts_with_their_floor_and_
 def test_slow_micro_batches_are_listed_with_what_they_waited_on():
     slow = {"threshold": 1.5, "count": 2, "of": 10, "excess_s": 3.1,
             "thread_cpu_s": {"slow": 1.2, "others": 0.05}, "gc_s": {"slow": 0.0, "others": 0.0},
-            "device_allocs": {"slow": 12.0, "others": 0.0}, "sm_clock_mhz": {"slow": None, "others": None}}
+            "device_allocs": {"slow": 12.0, "others": 0.0}, "involuntary_switches": {"slow": 3.5, "others": 0.4},
+            "sm_clock_mhz": {"slow": None, "others": None}}
     calm = {**slow, "count": 0}
     rows = [{"method": "sled", "dataset": "summscreen", "after": {"slow": slow}, "before": {"slow": calm}},
             {"method": "truncation", "dataset": "booksum", "after": {"slow": None}}]
     text = "\n".join(gpu_perf.slow_lines(rows))
     assert "- sled/summscreen/after: 2 of 10, 3.1 s over the median in all; 1.2 vs 0.05 launching thread's CPU s" in text
     assert "12 vs 0 cudaMalloc" in text and "SM MHz" not in text  # no clock read: not listed
+    assert "3.5 vs 0.4 involuntary switches" in text  # means keep their fraction
     assert "before" not in text and "truncation" not in text  # no slow micro-batch, or no counters: no line
     assert gpu_perf.slow_lines([rows[1]]) == []
 
