@@ -219,6 +219,20 @@ def flop_counter() -> Any:
     return fc.FlopCounterMode(display=False, custom_mapping=mapping)
 
 
+def eager_only() -> contextlib.AbstractContextManager:
+    """Compiled modules run eagerly inside (torch's ``force_eager`` stance) and compile at their next call
+    outside: a dispatch mode (the FLOP counter) active at a compiled module's first call makes dynamo skip
+    that code for the rest of the process, so a cost probe that counted FLOPs first left every compiled
+    layer eager."""
+    set_stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
+
+
+def compiled_modules(module: nn.Module) -> int:
+    """Submodules of ``module`` (itself included) that ``nn.Module.compile`` compiled in place."""
+    return sum(getattr(m, "_compiled_call_impl", None) is not None for m in module.modules())
+
+
 def compiled_graphs() -> int:
     """Graphs torch.compile has captured in this process so far (a private counter: 0 where unknown)."""
     try:

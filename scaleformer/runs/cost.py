@@ -72,6 +72,8 @@ class CostProbe(GenerationProbe):
         self.steps: list[dict[str, Any]] = []
         self.peak: dict[str, Any] = {}
         self._flops: Any = None
+        self._eager: Any = None  # compiled modules run eagerly while the FLOP counter is on (compat.eager_only)
+        self.compiled_modules = 0  # the model's compiled modules (they compile in the second micro-batch)
         self._syncs: Any = None  # the warnings recorder of the sync-counting micro-batch
         self._ops: Any = None  # the profiler of the op-counting micro-batch's cycle
         self._toggled: Any = None  # (method config, its checkpoint_chunks) while a group sets its own
@@ -95,8 +97,10 @@ class CostProbe(GenerationProbe):
 
     @property
     def _probe_index(self) -> int:
-        """The warm-up micro-batch that counts syncs and operators (the first runs the FLOP counter)."""
-        return min(1, self.warmup - 1)
+        """The warm-up micro-batch that counts syncs and operators (the first runs the FLOP counter). Compiled
+        modules compile in the second (the first runs them eagerly), so theirs are counted in the third,
+        beside the peak memory (a GPU's is the allocator's: the profiler adds none)."""
+        return min(2 if self.compiled_modules else 1, self.warmup - 1)
 
     def micro_batches(self, method_cfg: Any) -> int:
         """Micro-batches the schedule trains for a method of this config."""
@@ -128,6 +132,7 @@ class CostProbe(GenerationProbe):
         if self._waits is not None:  # a second fit: the first one's collector callback goes
             self._waits.close()
         self._waits = WaitCounters(pl_module.device)
+        self.compiled_modules = compat.compiled_modules(pl_module)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._waits is not None:
@@ -157,7 +162,9 @@ class CostProbe(GenerationProbe):
         if group["fraction"] < 1:  # the group's length: the batch's inputs cut to a share of their width
             keep = max(1, round(group["fraction"] * batch["input_ids"].shape[1]))
             batch["input_ids"], batch["attention_mask"] = batch["input_ids"][:, :keep], batch["attention_mask"][:, :keep]
-        if i == 0:  # FLOPs (the counter's overhead stays out of the timed micro-batches)
+        if i == 0:  # FLOPs (the counter's overhead stays out of the timed micro-batches), compiled modules eager
+            self._eager = compat.eager_only()
+            self._eager.__enter__()
             self._flops = compat.flop_counter()
             self._flops.__enter__()
             self._count_encoder(pl_module)
@@ -272,6 +279,7 @@ class CostProbe(GenerationProbe):
     def _close_flops(self, pl_module: pl.LightningModule, batch: Any, group: dict[str, Any]) -> None:
         self._flops.__exit__(None, None, None)
         group["flops"], self._flops = int(self._flops.get_total_flops()), None
+        self._close_eager()
         group["encoder_forward_flops"] = self._stop_counting()
         method = getattr(pl_module, "method", None)
         if not self._scaled and method is not None:  # does the encoder side keep growing?
@@ -320,6 +328,11 @@ class CostProbe(GenerationProbe):
         self._unwrap()
         return self._encoder_flops[0] if self._encoder_flops else None
 
+    def _close_eager(self) -> None:
+        if self._eager is not None:
+            self._eager.__exit__(None, None, None)
+            self._eager = None
+
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if self._waits is not None:
             self._waits.close()
@@ -327,6 +340,7 @@ class CostProbe(GenerationProbe):
             self._flops.__exit__(None, None, None)
             self._flops = None
             self._stop_counting()
+        self._close_eager()
         if self._ops is not None:
             self._ops.__exit__(None, None, None)
             self._ops = None
@@ -346,7 +360,8 @@ class CostProbe(GenerationProbe):
                 "memory": "cuda max_memory_allocated" if dev.type == "cuda" else "process peak RSS (VmHWM)",
                 "timer": "cuda events" if dev.type == "cuda" else "host clock",
                 "schedule": {"warmup": self.warmup, "repeats": self.repeats, "lengths": self.lengths, "bare": self.bare},
-                "matmul_peak": self.peak, "length_scaling": self.scaling, "train_length_scaling": self.train_scaling,
+                "matmul_peak": self.peak, "compiled_modules": self.compiled_modules,
+                "length_scaling": self.scaling, "train_length_scaling": self.train_scaling,
                 "model": self.model, "train_groups": self.groups, "train_steps": self.steps, "generate": self.generate}
 
 

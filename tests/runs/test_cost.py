@@ -8,6 +8,7 @@ import torch
 from conftest import compose
 
 from scaleformer.bench.measure import compute_dtype
+from scaleformer.ops import compat
 from scaleformer.runs import cost_fit
 from scaleformer.runs.cost import CostProbe, _split
 from scaleformer.runs.cost_generate import new_tokens
@@ -99,6 +100,21 @@ def test_wait_counters_see_the_collector_and_the_threads_own_time():
 def test_a_method_without_chunks_is_timed_in_its_one_setting(tmp_path):
     out = run(compose([*SMALL, "method=truncation", "++trainer.cost_lengths=[1.0]", f"paths.root={tmp_path}"]))
     assert [g["setting"] for g in out["cost"]["train_groups"]] == ["plain"] and out["train_steps"] == 6
+
+
+def test_a_compiled_encoder_is_timed_compiled(tmp_path):
+    """The FLOP counter's micro-batch runs compiled modules eagerly: a dispatch mode at a compiled module's
+    first call makes dynamo skip its code for the rest of the process, so a measured run of
+    backbone.compile_encoder timed eager layers (0 graphs captured before the probe said otherwise)."""
+    torch.compiler.reset()  # caches of earlier tests' compiled layers: this run must capture its own
+    before = compat.compiled_graphs()
+    out = run(compose([*SMALL, "method=truncation", "++backbone.compile_encoder=aot_eager", "++trainer.cost_lengths=[1.0]",
+                       f"paths.root={tmp_path}"]))
+    assert compat.compiled_graphs() > before
+    cost = out["cost"]
+    assert cost["compiled_modules"] == 2  # tiny_bart's two encoder layers
+    group = cost["train_groups"][0]
+    assert group["flops"] > 0 and group["aten_ops_per_step"] > 0
 
 
 def test_each_timed_micro_batch_pairs_with_its_bare_forward_and_backward(tmp_path):

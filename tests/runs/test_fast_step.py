@@ -19,6 +19,7 @@ from scaleformer.config import OptimConfig
 from scaleformer.methods import build_method, method_config
 from scaleformer.model.backbone import compile_encoder
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
+from scaleformer.ops import compat
 from scaleformer.runs.module import SummarizationModule
 
 REL = 1e-5
@@ -108,8 +109,11 @@ def test_a_compiled_encoder_keeps_the_loss_and_gradients(arch, monkeypatch):
     compiled, _ = _module(arch, "sled", dict(SMALL), fast=True)
     compiled.load_state_dict(copy.deepcopy(plain.state_dict()))
     compile_encoder(compiled.model.backbone, "aot_eager")
+    torch.compiler.reset()  # an earlier test's capture of the same layer code would be reused uncounted
+    graphs = compat.compiled_graphs()
     loss0, grads0 = _grads(plain, data)
     loss1, grads1 = _grads(compiled, data)
+    assert compat.compiled_graphs() > graphs  # the compiled layers ran, not their eager fallback
     assert abs(loss1 - loss0) <= REL * abs(loss0) and _rel(_flat(grads1), _flat(grads0)) <= REL
     layer = compiled.model.backbone.get_encoder()
     assert all(getattr(x, "_compiled_call_impl", None) is not None for x in (layer.layers if arch == "bart" else layer.block))
