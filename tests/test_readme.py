@@ -48,7 +48,7 @@ COVERAGE: list[tuple[str, str, str]] = [
     (r"^make bench-decode$|scaleformer\.bench\.decode_overhead", "test",
      "tests/bench/test_decode_overhead.py::test_records_and_table"),
     (r"^make gpu-perf$", "gpu", "table1's cells at the paper's length in bf16 (scaleformer/artifacts/gpu_perf.py)"),
-    (r"^bash scripts/gpu_window\.sh ", "gpu", "a lent GPU window: make gpu-check's tier, then gpu_perf.py"),
+    (r'^(GPU_\w+=("[^"]*"|\S+) )*bash scripts/gpu_window\.sh ', "gpu", "a lent GPU window: make gpu-check's tier, then gpu_perf.py"),
     (r"scripts/gpu_perf\.py --tiny ", "test",
      "tests/artifacts/test_gpu_perf.py::test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table"),
     (r"^make (table1|table2|figure2|table_qa) PROFILE=smoke$", "test",

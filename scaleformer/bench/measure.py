@@ -200,13 +200,33 @@ def profiler_activities(device: torch.device) -> list[Any]:
     return [*acts, torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else acts
 
 
-def count_ops(prof: Any) -> dict[str, int | None]:
+TOP = 10  # the operators or kernels a profiled cycle lists by time
+
+
+def count_ops(prof: Any) -> dict[str, Any]:
     """Operators of one micro-batch's cycle: every call into torch's dispatcher (``aten::``), those called
-    from outside another operator (what Python asked for), and on a GPU the kernels launched."""
+    from outside another operator (what Python asked for), and on a GPU the kernels launched and their
+    summed device time (set against the step's time, what share of it the GPU computed). ``top``: where the
+    time went, the :data:`TOP` kernels by device time on a GPU, else the operators by their own CPU time."""
     events = list(prof.events())
     aten = [e for e in events if e.name.startswith("aten::")]
     top = [e for e in aten if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
     kernels = [e for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")]
     cuda = any(a == torch.profiler.ProfilerActivity.CUDA for a in getattr(prof, "activities", ()))
+    timed = [(e.name, e.time_range.elapsed_us()) for e in kernels] if cuda else \
+        [(e.name, e.self_cpu_time_total) for e in aten]
     return {"aten_ops_per_step": len(aten), "top_level_ops_per_step": len(top),
-            "kernels_per_step": len(kernels) if cuda else None}
+            "kernels_per_step": len(kernels) if cuda else None,
+            "kernel_s_per_step": sum(us for _, us in timed) / 1e6 if cuda else None,
+            "top": {"of": "kernels, device time" if cuda else "operators, own CPU time", "rows": top_by_time(timed)}}
+
+
+def top_by_time(timed: list[tuple[str, float]], n: int = TOP) -> list[dict[str, Any]]:
+    """``(name, us)`` pairs summed by name: the ``n`` largest, with calls, ms and share of the whole."""
+    total, by = sum(us for _, us in timed), {}
+    for name, us in timed:
+        calls, spent = by.get(name, (0, 0.0))
+        by[name] = (calls + 1, spent + us)
+    ranked = sorted(by.items(), key=lambda kv: -kv[1][1])[:n]
+    return [{"name": name if len(name) <= 90 else name[:87] + "...", "calls": calls, "ms": round(us / 1e3, 3),
+             "share": round(us / total, 4) if total else None} for name, (calls, us) in ranked]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 import torch
 
 from scaleformer.artifacts import gpu_perf, gpu_perf_generate
@@ -31,6 +32,9 @@ def test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table(t
             assert v["ops_per_step"] > 0 and v["syncs_per_step"] is None  # a CPU: no device to sync with
             assert v["slow"]["of"] >= 1 and "thread_cpu_s" in v["slow"]  # what slow micro-batches waited on
         assert r["after"]["ops_per_step"] < r["before"]["ops_per_step"]  # fused AdamW: fewer operators
+        top = r["after"]["top"]  # a CPU: the operators by their own time, no kernels
+        assert top["of"] == "operators, own CPU time" and r["after"]["kernel_s_per_step"] is None
+        assert top["rows"] and all(t["name"].startswith("aten::") and t["calls"] >= 1 for t in top["rows"])
     text = (out / "gpu-perf.md").read_text()
     assert "| sled | booksum |" in text and "->" in text
     # the cost table from the after runs (a CPU's, so under OUT and without -gpu): 6 cells, generation timed
@@ -39,7 +43,8 @@ def test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table(t
     assert all(r["gen_s_doc"] is not None for r in table["rows"])
     # then the generation rows, in the same JSON and below the training table
     assert len(doc["generation"]["decode"]) == 12 and doc["generation"]["docs"]["rows"]
-    assert text.index("| sled | booksum |") < text.index("## Decoding") < text.index("## Batched evaluation")
+    assert text.index("| sled | booksum |") < text.index("Where the time went") < text.index("## Decoding")
+    assert text.index("## Decoding") < text.index("## Batched evaluation")
     assert "wrote" in capsys.readouterr().out
 
 
@@ -78,6 +83,42 @@ def test_generation_rows_cover_both_caches_and_beam_counts_with_their_floor_and_
     for needle in ("| 64 | 1 | dynamic |", "| 64 | 4 | static |", "| 1,024 | 4 | static |", "floor ms | x floor",
                    "<= 2 ms/token at 1 beam", "| sled | 1 |", "speed-up"):
         assert needle in text
+
+
+def test_the_compiled_variant_runs_the_defaults_with_the_encoder_compiled_beside_them(tmp_path):
+    """--variants after,compiled: the defaults with backbone.compile_encoder, measured compiled (the probe
+    leaves the compile to the micro-batch after its FLOP count), in a table of its own against them."""
+    torch.compiler.reset()
+    doc = gpu_perf.measure(tmp_path / "runs", tiny=True, variants=("after", "compiled"),
+                           cells=[("truncation", "summscreen")], save=lambda d: None)
+    (row,) = doc["rows"]
+    assert (row["method"], row["dataset"]) == ("truncation", "summscreen") and "before" not in row
+    assert row["after"]["compiled_modules"] == 0 and row["compiled"]["compiled_modules"] == 2  # tiny_bart's encoder
+    assert row["compiled"]["step_s"] > 0 and row["compiled"]["ops_per_step"] > 0
+    text = gpu_perf.render(doc | {"device": "cpu", "when": "now", "wall_time_s": 1.0})
+    section = text[text.index("The encoder's layers compiled"):text.index("Where the time went")]
+    assert "| truncation | summscreen |" in section and "| 2 |" in section  # its two compiled layers
+    assert "- truncation/summscreen/compiled: operators, own CPU time: `aten::" in text
+    assert gpu_perf.compiled_lines([{"method": "sled", "dataset": "booksum", "after": {"step_s": 1.0}}]) == []
+
+
+def test_cells_and_variants_outside_the_script_are_refused_in_one_line(capsys):
+    for argv, named in ((["--cells", "sled/govreport"], "--cells=sled/govreport"),
+                        (["--variants", "after,fast"], "--variants=after,fast")):
+        with pytest.raises(SystemExit) as stop:
+            gpu_perf.main(["--tiny", *argv])
+        assert stop.value.code == 2 and named in capsys.readouterr().err
+
+
+def test_where_the_time_went_sets_the_kernels_against_the_step():
+    top = {"of": "kernels, device time", "rows": [
+        {"name": "flash_fwd_kernel", "calls": 12, "ms": 40.0, "share": 0.5},
+        {"name": "sm90_gemm", "calls": 90, "ms": 30.0, "share": 0.375}]}
+    rows = [{"method": "sled", "dataset": "booksum", "after": {"step_s": 0.5, "kernel_s_per_step": 0.08, "top": top}},
+            {"method": "truncation", "dataset": "booksum", "after": {"step_s": 0.1, "top": None}}]
+    text = "\n".join(gpu_perf.time_lines(rows))
+    assert "- sled/booksum/after: kernels 0.08 s of a 0.5 s step (16%); kernels, device time: " in text
+    assert "`flash_fwd_kernel` 40 ms x12 (50%), `sm90_gemm` 30 ms x90 (38%)" in text and "truncation" not in text
 
 
 def test_slow_micro_batches_are_listed_with_what_they_waited_on():

@@ -15,7 +15,7 @@ from scaleformer import bench
 from scaleformer.bench import cell as bench_cell
 from scaleformer.bench import runner
 from scaleformer.bench.cli import main, parse_sizes
-from scaleformer.bench.measure import MemoryProbe, Timing, measure
+from scaleformer.bench.measure import MemoryProbe, Timing, measure, top_by_time
 from scaleformer.bench.probes import encoder_flops, peak_tflops
 from scaleformer.bench.profile import Comparison, Profile, Target, load_profile
 from scaleformer.bench.rows import FULL, LED, SkipMethod, expand_methods, make_method, method_params
@@ -501,3 +501,10 @@ def test_cli_runs_a_profile_file(tmp_path, capsys):
     assert (tmp_path / "mini.md").exists() and (tmp_path / "mini.png").exists()
     assert main(["--profile", str(prof), "--sizes", "10", "--out", str(tmp_path)]) == 2
     assert "sizes[0]=10: must be an integer >= 64" in capsys.readouterr().err
+
+
+def test_the_largest_operators_are_summed_by_name():
+    got = top_by_time([("aten::mm", 30.0), ("aten::add", 5.0), ("aten::mm", 50.0), ("aten::gelu", 15.0)], n=2)
+    assert got == [{"name": "aten::mm", "calls": 2, "ms": 0.08, "share": 0.8},
+                   {"name": "aten::gelu", "calls": 1, "ms": 0.015, "share": 0.15}]
+    assert top_by_time([]) == []
