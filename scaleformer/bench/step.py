@@ -8,15 +8,19 @@ same tensors (the module called directly on the same batch, right after the step
 the median of those pairs' differences. Operators per step come from the probe's profiled warm-up
 micro-batch (its whole cycle) and its bare pair. Each method runs twice in one process, on one machine: ``before`` (the step as it was: chunks 16
 at a time, the for-loop AdamW, the loss logged every micro-batch) and ``after`` (the defaults), at the
-read length and at an eighth of it (one chunk: where the overhead is largest).
+read length and at an eighth of it (one chunk: where the overhead is largest). ``--variants after,compiled
+--name step-compiled`` sets the defaults against ``compiled``: the defaults with every encoder and decoder
+layer through ``torch.compile`` (inductor; an option, its kernels round differently), the same way.
 
     python scripts/bench_step.py [--methods scaleformer_middle,sled,truncation] [--out results/bench]
+        [--variants before,after] [--name step-overhead]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -39,6 +43,7 @@ from scaleformer.runs.runtime import machine
 
 LENGTHS = (1.0, 0.125)
 VARIANTS = ("before", "after")
+COMPILED = "compiled"  # the defaults, every layer compiled: an option (numerics), measured when asked for
 # The step as it was, where the configs can say it; the logging of every micro-batch is patched in
 # (logged_every_micro_batch).
 BEFORE = ["++optim.fused=false"]
@@ -48,10 +53,14 @@ RUN = ["trainer.max_steps=200", "++trainer.cost_bare=true", "trainer.eval_splits
        f"++trainer.cost_lengths=[{','.join(map(str, LENGTHS))}]"]
 
 
-def variant_overrides(method: str, variant: str) -> list[str]:
-    """The overrides that make ``method``'s step the variant's (none for ``after``: the defaults)."""
+def variant_overrides(method: str, variant: str, backend: str = "inductor") -> list[str]:
+    """The overrides that make ``method``'s step the variant's (none for ``after``: the defaults;
+    ``compiled``: the layers through ``torch.compile``'s ``backend``)."""
     if variant == "after":
         return []
+    if variant == COMPILED:  # a fourth warm-up: the compile, the recompile for dynamic shapes, then the probes'
+        return [f"++backbone.compile_encoder={backend}", f"++backbone.compile_decoder={backend}",
+                "++trainer.cost_warmup=4"]
     chunked = "one_pass_training" in compose_config([f"method={method}"], str(conf_dir())).method
     return [*BEFORE, *(CHUNKED_BEFORE if chunked else [])]
 
@@ -77,24 +86,27 @@ def train(method: str, variant: str, root: Path) -> list[dict[str, Any]]:
             for i, g in enumerate(cost["train_groups"]) if g["setting"] == "plain"]
 
 
-def measure(methods: Sequence[str], rounds: int = 2, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """``rounds`` of (before, after) per method, interleaved so that the machine's drift (a 2-core VM moved
-    the same matmul's time by up to 2x within a minute) falls on both variants alike; each variant's timed
-    micro-batches are pooled over its rounds, and each is paired with its own bare forward + backward."""
+def measure(methods: Sequence[str], rounds: int = 2, log: Callable[[str], None] = print,
+            variants: Sequence[str] = VARIANTS) -> dict[str, Any]:
+    """``rounds`` of (before, after) per method (or two other ``variants``), interleaved so that the
+    machine's drift (a 2-core VM moved the same matmul's time by up to 2x within a minute) falls on both
+    alike; each variant's timed micro-batches are pooled over its rounds, and each is paired with its own
+    bare forward + backward."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for method in methods:
             pooled: dict[str, list[dict[str, Any]]] = {}
             for r in range(rounds):
-                for variant in VARIANTS:
+                for variant in variants:
                     log(f"{method} ({variant}, round {r + 1} of {rounds}) ...")
                     fit = train(method, variant, Path(tmp) / f"{method}-{variant}-{r}")
                     got = pooled.setdefault(variant, [dict(g, steps=[]) for g in fit])
                     for mine, g in zip(got, fit):
                         mine["steps"] += g["steps"]
-            rows += [_row(method, variant, g) for variant in VARIANTS for g in pooled[variant]]
+            rows += [_row(method, variant, g) for variant in variants for g in pooled[variant]]
     return {"schema": 1, "backbone": "tiny_bart_reader", "data": "synthetic", "lengths": list(LENGTHS),
-            "rounds": rounds, "torch_threads": torch.get_num_threads(), "rows": rows, "comparison": compare(rows)}
+            "rounds": rounds, "torch_threads": torch.get_num_threads(), "variants": list(variants), "rows": rows,
+            "comparison": compare(rows, *variants)}
 
 
 def _row(method: str, variant: str, fit: dict[str, Any]) -> dict[str, Any]:
@@ -109,13 +121,14 @@ def _row(method: str, variant: str, fit: dict[str, Any]) -> dict[str, Any]:
             "ops_per_step": fit["ops"], "bare_ops": fit["bare_ops"]}
 
 
-def compare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per method and length: the overhead before and after, and by how much it fell."""
+def compare(rows: list[dict[str, Any]], old: str = "before", new: str = "after") -> list[dict[str, Any]]:
+    """Per method and length: the overhead of ``old`` and ``new`` (the ``*_before``/``*_after`` keys), and by
+    how much it fell."""
     by = {(r["method"], r["tokens"] // 64, r["variant"]): r for r in rows}  # lengths match to within 64 tokens
     out = []
     for (method, bucket, variant), before in by.items():
-        after = by.get((method, bucket, "after"))
-        if variant != "before" or after is None:
+        after = by.get((method, bucket, new))
+        if variant != old or after is None:
             continue
         out.append({"method": method, "tokens": after["tokens"], "overhead_before_s": before["overhead_s"],
                     "overhead_after_s": after["overhead_s"], "share_before": before["overhead_share"],
@@ -131,10 +144,13 @@ def _ms(x: float | None) -> str:
 
 
 def render(doc: dict[str, Any]) -> str:
+    variants = doc.get("variants", VARIANTS)
+    target, warm = ("make bench-step-compiled", "3 untimed (compiled: 4)") if COMPILED in variants \
+        else ("make bench-step", "3 untimed")
     lines = ["# The training step's framework overhead (CPU proxy)", "",
              f"{doc['backbone']} on {doc['data']} documents, {doc['torch_threads']} torch threads, "
-             f"{doc['machine']}, {doc['when']}; written by `make bench-step` ({Path(__file__).name}'s docstring "
-             "says how). Per micro-batch: the steady-state step through Lightning's fit (3 untimed, 10 timed: "
+             f"{doc['machine']}, {doc['when']}; written by `{target}` ({Path(__file__).name}'s docstring "
+             f"says how). Per micro-batch: the steady-state step through Lightning's fit ({warm}, 10 timed: "
              "per round; the rounds' timed micro-batches pooled: median and IQR, ms), the bare forward + backward of the "
              "same tensors right after each, the median of the pairs' differences (the framework's overhead) and the operators dispatched (`aten::` calls, the step's whole cycle).", "",
              "| method | variant | tokens | step ms (IQR) | bare fwd+bwd ms (IQR) | overhead ms | share "
@@ -146,9 +162,10 @@ def render(doc: dict[str, Any]) -> str:
                      f"| {100 * r['overhead_share']:.0f}% | "
                      + " / ".join(_ms(ph[k]) for k in ("data", "forward", "backward", "optimizer", "other"))
                      + f" | {r['ops_per_step']:,} | {r['bare_ops']:,} |")
-    lines += ["", "Before and after, in the same run:", "",
-              "| method | tokens | overhead before -> after ms | share before -> after | fell | step before -> "
-              "after ms | ops/step before -> after |", "|" + "---|" * 7]
+    old, new = variants
+    lines += ["", f"{old.capitalize()} and {new}, in the same run:", "",
+              f"| method | tokens | overhead {old} -> {new} ms | share {old} -> {new} | fell | step {old} -> "
+              f"{new} ms | ops/step {old} -> {new} |", "|" + "---|" * 7]
     for c in doc["comparison"]:
         fell = "–" if c["fell_x"] is None else f"{c['fell_x']:.1f}x"
         lines.append(f"| {c['method']} | {c['tokens']:,} | {_ms(c['overhead_before_s'])} -> {_ms(c['overhead_after_s'])} "
@@ -164,7 +181,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=str(Path("results") / "bench"), help="output folder")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved (before, after) rounds per method")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: the steadiest timings, as cpu-tiny)")
+    ap.add_argument("--variants", default=",".join(VARIANTS),
+                    help=f"the two variants set against each other, old first (before, after, {COMPILED})")
+    ap.add_argument("--name", default="step-overhead", help="the results files' name (NAME.json, NAME.md)")
     args = ap.parse_args(argv)
+    variants = [v for v in args.variants.split(",") if v]
+    if len(variants) != 2 or len(set(variants)) != 2 or set(variants) - {*VARIANTS, COMPILED}:
+        print(f"error: --variants={args.variants}: must name two of before, after, {COMPILED}", file=sys.stderr)
+        return 2
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
+        print(f"error: --name={args.name}: must be a file name (letters, digits, '.', '_', '-')", file=sys.stderr)
+        return 2
     for flag in ("threads", "rounds"):
         if getattr(args, flag) < 1:
             print(f"error: --{flag}={getattr(args, flag)}: must be >= 1", file=sys.stderr)
@@ -172,11 +199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     methods = [m for m in args.methods.split(",") if m]
     started = time.time()
-    doc = measure(methods, args.rounds, log=lambda s: print(s, flush=True))
+    doc = measure(methods, args.rounds, log=lambda s: print(s, flush=True), variants=variants)
     doc |= {"machine": machine(), "when": time.strftime("%Y-%m-%d"), "wall_time_s": round(time.time() - started, 1)}
     out = Path(args.out)
-    atomic_write_text(out / "step-overhead.json", json.dumps(doc, indent=1) + "\n")
-    atomic_write_text(out / "step-overhead.md", render(doc))
+    atomic_write_text(out / f"{args.name}.json", json.dumps(doc, indent=1) + "\n")
+    atomic_write_text(out / f"{args.name}.md", render(doc))
     print(render(doc))
-    print(f"wrote {out}/step-overhead.{{json,md}} in {doc['wall_time_s']:.0f} s")
+    print(f"wrote {out}/{args.name}.{{json,md}} in {doc['wall_time_s']:.0f} s")
     return 0

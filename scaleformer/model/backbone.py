@@ -187,6 +187,15 @@ def compile_encoder(model: PreTrainedModel, backend: str) -> None:
         layer.compile(backend=backend)
 
 
+def compile_decoder(model: PreTrainedModel, backend: str) -> None:
+    """Compile each decoder layer in place, for training: a teacher-forced step launches as many small
+    kernels in the decoder as in the encoder. Generation calls them eagerly
+    (:func:`scaleformer.ops.decoding.generate`)."""
+    decoder = model.get_decoder()
+    for layer in getattr(decoder, "layers", None) or decoder.block:  # BART's layers, T5's blocks
+        layer.compile(backend=backend)
+
+
 def build_model(cfg: BackboneConfig, conf: PretrainedConfig, weights: bool = True) -> PreTrainedModel:
     """The backbone: pretrained weights when ``cfg.pretrained`` (and ``weights``), else random ones."""
     kwargs: dict[str, Any] = {}
@@ -212,6 +221,8 @@ def build_model(cfg: BackboneConfig, conf: PretrainedConfig, weights: bool = Tru
         model = AutoModelForSeq2SeqLM.from_config(conf, **kwargs)
     if cfg.compile_encoder:
         compile_encoder(model, cfg.compile_encoder)
+    if cfg.compile_decoder:
+        compile_decoder(model, cfg.compile_decoder)
     if cfg.gradient_checkpointing and not compat.enable_checkpointing(model):
         raise ConfigError(f"backbone.gradient_checkpointing=true: {type(model).__name__} supports no activation "
                           "checkpointing; set it to false")

@@ -38,7 +38,7 @@ import contextlib
 import importlib
 import logging
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,6 +226,21 @@ def eager_only() -> contextlib.AbstractContextManager:
     layer eager."""
     set_stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
     return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def eager_calls(modules: Iterable[nn.Module]) -> Iterator[None]:
+    """Modules that ``nn.Module.compile`` compiled are called eagerly inside (their compiled call set aside,
+    then restored), the rest of the process's compiled code untouched: a decoder compiled for training
+    decodes eagerly, where every step would bring a new cache length to compile for."""
+    kept = [(m, m._compiled_call_impl) for m in modules if getattr(m, "_compiled_call_impl", None) is not None]
+    for m, _ in kept:
+        m._compiled_call_impl = None
+    try:
+        yield
+    finally:
+        for m, impl in kept:
+            m._compiled_call_impl = impl
 
 
 def compiled_modules(module: nn.Module) -> int:

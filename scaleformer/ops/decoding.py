@@ -268,6 +268,12 @@ def generate(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, shar
     makes the self-attention cache static (:mod:`scaleformer.ops.static_decoding`; on the shared path only,
     else the dynamic cache, said once). Returns what ``model.generate`` returns for ``kwargs``.
     """
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    with compat.eager_calls(decoder.modules() if decoder is not None else ()):  # backbone.compile_decoder: training's
+        return _generate(model, hidden, mask, shared=shared, **kwargs)
+
+
+def _generate(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, shared: bool, **kwargs: Any) -> Any:
     kwargs = _greedy_without_beam_flags(kwargs)
     static, kwargs = static_decoding.take_request(model, kwargs)
     mods = share_cross_attention(model) if shared and kwargs.get("use_cache", True) else None

@@ -73,6 +73,7 @@ class CostProbe(GenerationProbe):
         self.peak: dict[str, Any] = {}
         self._flops: Any = None
         self._eager: Any = None  # compiled modules run eagerly while the FLOP counter is on (compat.eager_only)
+        self._graphs: int | None = None  # graphs compiled in the process when the running micro-batch began
         self.compiled_modules = 0  # the model's compiled modules (they compile in the second micro-batch)
         self._syncs: Any = None  # the warnings recorder of the sync-counting micro-batch
         self._ops: Any = None  # the profiler of the op-counting micro-batch's cycle
@@ -98,9 +99,10 @@ class CostProbe(GenerationProbe):
     @property
     def _probe_index(self) -> int:
         """The warm-up micro-batch that counts syncs and operators (the first runs the FLOP counter). Compiled
-        modules compile in the second (the first runs them eagerly), so theirs are counted in the third,
-        beside the peak memory (a GPU's is the allocator's: the profiler adds none)."""
-        return min(2 if self.compiled_modules else 1, self.warmup - 1)
+        modules compile in the second (the first runs them eagerly) and again at the first new shape (then
+        for dynamic shapes), so theirs are counted in the last, beside the peak memory (a GPU's is the
+        allocator's: the profiler adds none); each micro-batch records the graphs compiled in it."""
+        return self.warmup - 1 if self.compiled_modules else min(1, self.warmup - 1)
 
     def micro_batches(self, method_cfg: Any) -> int:
         """Micro-batches the schedule trains for a method of this config."""
@@ -180,6 +182,7 @@ class CostProbe(GenerationProbe):
         if i == self.warmup - 1:
             self._base = self._memory(pl_module.device).start()
         self._events = {}
+        self._graphs = compat.compiled_graphs() if self.compiled_modules else None
         if self._cycle_counts is None and self._waits is not None:  # the first cycle starts at its own hook
             self._cycle_counts = self._waits.read()
         self._mark("start", pl_module.device)
@@ -227,6 +230,8 @@ class CostProbe(GenerationProbe):
         if ended is not None and self._cycle_counts is not None:
             step["waits"] = since(self._cycle_counts, ended)
         step["ended_at"] = round(time.time(), 3)  # wall clock: lines the step up with a device log (nvidia-smi's)
+        if self._graphs is not None:  # a compile inside a timed micro-batch would be timed with it
+            step["graphs_compiled"] = compat.compiled_graphs() - self._graphs
         if device.type == "cuda" and not step["warmup"]:
             self._pending.append((step, dict(self._events), prev[1] if prev else self._events.get("start"), self._data_s))
         self._data_s = 0.0

@@ -54,6 +54,8 @@ def groups(cost: dict[str, Any]) -> list[dict[str, Any]]:
         row = {**{k: v for k, v in group.items() if k != "tokens_per_step"}, "tokens": statistics.mean(tokens),
                "time_s": med, "time_p25_s": p25, "time_p75_s": p75, "time_iqr_s": p75 - p25,
                "repeats": len(timed), "phases": phases, "slow": slow_steps(timed, med)}
+        if any("graphs_compiled" in s for s in timed):  # compiled modules: graphs compiled while timed (0 if steady)
+            row["timed_compiles"] = sum(s.get("graphs_compiled", 0) for s in timed)
         if all("bare_s" in s for s in timed):  # each step paired with its bare forward + backward
             b25, bare, b75 = quartiles([s["bare_s"] for s in timed])
             o25, over, o75 = quartiles([s["time_s"] - s["bare_s"] for s in timed])

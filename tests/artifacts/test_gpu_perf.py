@@ -85,26 +85,29 @@ def test_generation_rows_cover_both_caches_and_beam_counts_with_their_floor_and_
         assert needle in text
 
 
-def test_the_compiled_variant_runs_the_defaults_with_the_encoder_compiled_beside_them(tmp_path):
-    """--variants after,compiled: the defaults with backbone.compile_encoder, measured compiled (the probe
+def test_the_compiled_variant_runs_the_defaults_with_the_layers_compiled_beside_them(tmp_path):
+    """--variants after,compiled: the defaults with backbone.compile_encoder and compile_decoder, measured compiled (the probe
     leaves the compile to the micro-batch after its FLOP count), in a table of its own against them."""
     torch.compiler.reset()
     doc = gpu_perf.measure(tmp_path / "runs", tiny=True, variants=("after", "compiled"),
                            cells=[("truncation", "summscreen")], save=lambda d: None)
     (row,) = doc["rows"]
     assert (row["method"], row["dataset"]) == ("truncation", "summscreen") and "before" not in row
-    assert row["after"]["compiled_modules"] == 0 and row["compiled"]["compiled_modules"] == 2  # tiny_bart's encoder
+    assert row["after"]["compiled_modules"] == 0 and row["compiled"]["compiled_modules"] == 4  # tiny_bart's 2 + 2 layers
     assert row["compiled"]["step_s"] > 0 and row["compiled"]["ops_per_step"] > 0
     text = gpu_perf.render(doc | {"device": "cpu", "when": "now", "wall_time_s": 1.0})
-    section = text[text.index("The encoder's layers compiled"):text.index("Where the time went")]
-    assert "| truncation | summscreen |" in section and "| 2 |" in section  # its two compiled layers
+    assert doc["compile_backend"] == "aot_eager"  # tiny shapes: no code generation
+    section = text[text.index("The layers compiled (`backbone.compile_encoder=aot_eager`"):text.index("Where the time went")]
+    assert "| truncation | summscreen |" in section and "| 4 |" in section  # its four compiled layers
+    assert row["compiled"]["timed_compiles"] is not None and row["after"]["timed_compiles"] is None
     assert "- truncation/summscreen/compiled: operators, own CPU time: `aten::" in text
     assert gpu_perf.compiled_lines([{"method": "sled", "dataset": "booksum", "after": {"step_s": 1.0}}]) == []
 
 
 def test_cells_and_variants_outside_the_script_are_refused_in_one_line(capsys):
     for argv, named in ((["--cells", "sled/govreport"], "--cells=sled/govreport"),
-                        (["--variants", "after,fast"], "--variants=after,fast")):
+                        (["--variants", "after,fast"], "--variants=after,fast"),
+                        (["--compile-backend", "fast"], "--compile-backend=fast")):
         with pytest.raises(SystemExit) as stop:
             gpu_perf.main(["--tiny", *argv])
         assert stop.value.code == 2 and named in capsys.readouterr().err

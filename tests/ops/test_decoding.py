@@ -156,3 +156,25 @@ def test_summarization_module_generates_through_the_shared_path(monkeypatch):
                               length_penalty=GenerationConfig().length_penalty,
                               no_repeat_ngram_size=GenerationConfig().no_repeat_ngram_size, early_stopping=True)
     assert calls and got == Tok().batch_decode(want)
+
+
+@pytest.mark.parametrize("arch", ["bart", "t5"])
+def test_a_decoder_compiled_for_training_decodes_eagerly(arch):
+    """backbone.compile_decoder compiles for teacher-forced steps; decoding calls the layers eagerly (no
+    graph captured: each step's cache would be a new length to compile for), with the eager tokens, and
+    leaves them compiled for training."""
+    from scaleformer.model.backbone import compile_decoder
+    from scaleformer.ops import compat
+
+    model, enc = encoded(arch, "sled", SMALL)
+    with torch.no_grad():
+        want = shared(model, enc, **settings(4))
+    compile_decoder(model, "aot_eager")
+    torch.compiler.reset()
+    graphs = compat.compiled_graphs()
+    with torch.no_grad():
+        got = shared(model, enc, **settings(4))
+    assert compat.compiled_graphs() == graphs and torch.equal(got.sequences, want.sequences)
+    decoder = model.get_decoder()
+    layers = decoder.layers if arch == "bart" else decoder.block
+    assert all(getattr(x, "_compiled_call_impl", None) is not None for x in layers)  # restored

@@ -171,10 +171,11 @@ def test_two_nccl_processes_evaluate_as_one(tmp_path):
 
 
 @pytest.mark.parametrize("arch", ["bart", "t5"])
-def test_inductor_compiled_encoder_keeps_the_training_loss_on_cuda(arch):
-    """backbone.compile_encoder=inductor: the encoder layers' generated kernels give the eager bf16 loss and
-    encoder gradients within bf16's rounding (the CPU tier checks the graph capture with aot_eager)."""
-    from scaleformer.model.backbone import compile_encoder
+def test_inductor_compiled_layers_keep_the_training_loss_on_cuda(arch):
+    """backbone.compile_encoder=inductor and compile_decoder=inductor: the layers' generated kernels give the
+    eager bf16 loss and gradients within bf16's rounding (the CPU tier checks the graph capture with
+    aot_eager)."""
+    from scaleformer.model.backbone import compile_decoder, compile_encoder
 
     results = []
     for backend in (None, "inductor"):
@@ -183,6 +184,7 @@ def test_inductor_compiled_encoder_keeps_the_training_loss_on_cuda(arch):
         method = build_method(method_config({"name": "sled", **dict(METHODS)["sled"]}), spec)
         if backend:
             compile_encoder(model, backend)
+            compile_decoder(model, backend)
         ids, mask = batch(LENGTHS, spec)
         labels = torch.randint(3, 120, (len(LENGTHS), 6), generator=torch.Generator().manual_seed(1)).cuda()
         torch.manual_seed(0)
@@ -190,7 +192,7 @@ def test_inductor_compiled_encoder_keeps_the_training_loss_on_cuda(arch):
             enc = method.encode(model.get_encoder(), ids.cuda(), mask.cuda(), training=True)
             loss = model(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, labels=labels).loss
         loss.backward()
-        grad = torch.cat([p.grad.float().flatten() for p in model.get_encoder().parameters() if p.grad is not None])
+        grad = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
         results.append((float(loss), grad))
     (l0, g0), (l1, g1) = results
     assert abs(l1 - l0) <= 2e-2 * abs(l0)

@@ -115,6 +115,9 @@ def test_a_compiled_encoder_is_timed_compiled(tmp_path):
     assert cost["compiled_modules"] == 2  # tiny_bart's two encoder layers
     group = cost["train_groups"][0]
     assert group["flops"] > 0 and group["aten_ops_per_step"] > 0
+    steps = cost["train_steps"]
+    assert steps[0]["graphs_compiled"] == 0 and sum(s["graphs_compiled"] for s in steps if s["warmup"]) >= 1
+    assert cost_fit.groups(cost)[0]["timed_compiles"] == sum(s["graphs_compiled"] for s in steps if not s["warmup"])
 
 
 def test_each_timed_micro_batch_pairs_with_its_bare_forward_and_backward(tmp_path):

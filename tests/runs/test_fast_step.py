@@ -17,7 +17,7 @@ from tiny_models import BART, METHODS, SMALL, T5, batch, tiny
 
 from scaleformer.config import OptimConfig
 from scaleformer.methods import build_method, method_config
-from scaleformer.model.backbone import compile_encoder
+from scaleformer.model.backbone import compile_decoder, compile_encoder
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
 from scaleformer.ops import compat
 from scaleformer.runs.module import SummarizationModule
@@ -99,24 +99,32 @@ class _Trainer:
     estimated_stepping_batches = 10
 
 
-@pytest.mark.parametrize("arch", ["bart", "t5"])
-def test_a_compiled_encoder_keeps_the_loss_and_gradients(arch, monkeypatch):
-    """backbone.compile_encoder: each encoder layer through torch.compile (aot_eager here: dynamo's graph
-    capture and AOTAutograd's backward, no code generation, so it runs in seconds on a CPU; the gpu tier runs
-    inductor)."""
+COMPILED = [("bart", "sled", ("encoder",)), ("t5", "sled", ("encoder", "decoder")),
+            ("bart", "unlimiformer", ("encoder", "decoder"))]  # Unlimiformer: retrieval in the decoder's cross-attention
+
+
+@pytest.mark.parametrize(("arch", "name", "parts"), COMPILED, ids=["-".join([a, n, *p]) for a, n, p in COMPILED])
+def test_compiled_layers_keep_the_loss_and_gradients(arch, name, parts, monkeypatch):
+    """backbone.compile_encoder / compile_decoder: each layer through torch.compile (aot_eager here: dynamo's
+    graph capture and AOTAutograd's backward, no code generation, so it runs in seconds on a CPU; the gpu
+    tier runs inductor)."""
     monkeypatch.setattr(SummarizationModule, "trainer", property(lambda self: _Trainer()), raising=False)
-    plain, data = _module(arch, "sled", dict(SMALL), fast=True)
-    compiled, _ = _module(arch, "sled", dict(SMALL), fast=True)
+    kw = dict(next(k for n, k in METHODS if n == name))
+    plain, data = _module(arch, name, kw, fast=True)
+    compiled, _ = _module(arch, name, kw, fast=True)
     compiled.load_state_dict(copy.deepcopy(plain.state_dict()))
-    compile_encoder(compiled.model.backbone, "aot_eager")
+    for part in parts:
+        {"encoder": compile_encoder, "decoder": compile_decoder}[part](compiled.model.backbone, "aot_eager")
     torch.compiler.reset()  # an earlier test's capture of the same layer code would be reused uncounted
     graphs = compat.compiled_graphs()
     loss0, grads0 = _grads(plain, data)
     loss1, grads1 = _grads(compiled, data)
     assert compat.compiled_graphs() > graphs  # the compiled layers ran, not their eager fallback
     assert abs(loss1 - loss0) <= REL * abs(loss0) and _rel(_flat(grads1), _flat(grads0)) <= REL
-    layer = compiled.model.backbone.get_encoder()
-    assert all(getattr(x, "_compiled_call_impl", None) is not None for x in (layer.layers if arch == "bart" else layer.block))
+    stacks = {"encoder": compiled.model.backbone.get_encoder(), "decoder": compiled.model.backbone.get_decoder()}
+    for part in parts:
+        layers = stacks[part].layers if arch == "bart" else stacks[part].block
+        assert all(getattr(x, "_compiled_call_impl", None) is not None for x in layers)
 
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
