@@ -58,9 +58,10 @@ def variant_overrides(method: str, variant: str, backend: str = "inductor") -> l
     ``compiled``: the layers through ``torch.compile``'s ``backend``)."""
     if variant == "after":
         return []
-    if variant == COMPILED:  # a fourth warm-up: the compile, the recompile for dynamic shapes, then the probes'
+    if variant == COMPILED:  # a fourth warm-up: the compile, the recompile for dynamic shapes, then the probes';
+        # the schedule, 2 settings x 2 lengths x (4 + 10), is where training ends
         return [f"++backbone.compile_encoder={backend}", f"++backbone.compile_decoder={backend}",
-                "++trainer.cost_warmup=4"]
+                "++trainer.cost_warmup=4", "trainer.max_steps=56"]
     chunked = "one_pass_training" in compose_config([f"method={method}"], str(conf_dir())).method
     return [*BEFORE, *(CHUNKED_BEFORE if chunked else [])]
 

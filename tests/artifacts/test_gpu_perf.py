@@ -11,8 +11,12 @@ import pytest
 import torch
 
 from scaleformer.artifacts import gpu_perf, gpu_perf_generate
+from scaleformer.artifacts.grid import expand_grid
 from scaleformer.bench.floor import kv_bytes
 from scaleformer.bench.shapes import load_shape, random_model
+from scaleformer.compose import compose_config
+from scaleformer.resources import conf_dir
+from scaleformer.runs.context import to_config
 
 # The generation rows at their cheapest: 2 timed runs of 2 tokens per decoding row, 3 documents passed once.
 FAST_GEN = ["--gen-repeats", "2", "--gen-new-tokens", "2", "--gen-docs", "3", "--gen-doc-repeats", "1",
@@ -102,6 +106,17 @@ def test_the_compiled_variant_runs_the_defaults_with_the_layers_compiled_beside_
     assert row["compiled"]["timed_compiles"] is not None and row["after"]["timed_compiles"] is None
     assert "- truncation/summscreen/compiled: operators, own CPU time: `aten::" in text
     assert gpu_perf.compiled_lines([{"method": "sled", "dataset": "booksum", "after": {"step_s": 1.0}}]) == []
+
+
+@pytest.mark.parametrize("variant", [*gpu_perf.ALL_VARIANTS])
+def test_every_cell_of_every_variant_validates_at_the_papers_shapes(variant):
+    """What a lent GPU would run, composed and checked here (a compiled cell's longer warm-up once outgrew
+    the dry run's step budget: the window would have lost it to a one-line refusal)."""
+    cells = expand_grid(gpu_perf.spec_for(variant, tiny=False), "dryrun", gpu_perf.METHODS)
+    assert {(c.method, c.key) for c in cells} == set(gpu_perf.ORDER)
+    for c in cells:
+        rc = to_config(compose_config(c.overrides, str(conf_dir())))
+        assert (rc.backbone.compile_decoder == "inductor") == (variant == "compiled"), c.key
 
 
 def test_cells_and_variants_outside_the_script_are_refused_in_one_line(capsys):
