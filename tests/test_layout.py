@@ -23,7 +23,7 @@ from conftest import ROOT
 PKG = ROOT / "scaleformer"
 # Layers, bottom first: a module may import its own layer and the ones below, never above.
 LAYERS = [
-    {"errors", "io", "progress", "resources"},
+    {"errors", "io", "progress", "registry", "resources"},
     {"config"},
     {"ops"},
     {"methods"},
@@ -36,7 +36,7 @@ LAYERS = [
     {"artifacts"},
     {"cli"},
 ]
-TOP_LEVEL_MODULES = {"__init__", "errors", "io", "progress", "resources", "config", "compose"}
+TOP_LEVEL_MODULES = {"__init__", "errors", "io", "progress", "registry", "resources", "config", "compose"}
 TESTS = ROOT / "tests"
 # Test folders that are no subpackage: the repository's scripts/, and golden/'s pinned values (data).
 TEST_FOLDERS_BESIDE_THE_PACKAGE = {"scripts", "golden"}

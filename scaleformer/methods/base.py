@@ -19,6 +19,7 @@ from omegaconf import MISSING
 
 from scaleformer.errors import ConfigError
 from scaleformer.ops import compat
+from scaleformer.registry import claim
 
 if TYPE_CHECKING:  # methods read a spec, model/ builds it (scaleformer.model.spec)
     from scaleformer.model.spec import BackboneSpec
@@ -78,8 +79,8 @@ class Method(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "name" in cls.__dict__:  # a plugin's class cannot take a registered name (compat.claim)
-            compat.claim(REGISTRY, cls.name, cls, "method")
+        if "name" in cls.__dict__:  # a plugin's class cannot take a registered name (registry.claim)
+            claim(REGISTRY, cls.name, cls, "method")
 
     def __init__(self, cfg: MethodConfig, spec: BackboneSpec) -> None:
         self.cfg = cfg

@@ -9,7 +9,6 @@ signature (:func:`bind`, :func:`call`) under the names they had across releases 
 (:data:`TESTED`). Where a check fails, a speed-only patch gives way to the stock path (the same
 tokens, slower) and says so once (:func:`enabled`); a method that cannot exist without its patch
 stops at start-up with one line naming the installed version and the tested range (:func:`require`).
-:func:`claim` is the one rule of the registries plugins add to (methods, span kinds): no replacing.
 
 Every place the project touches a dependency's internals (all behind this module):
 
@@ -37,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -398,32 +396,3 @@ def reset() -> None:
 def report() -> dict[str, str]:
     """Each patch's state ("on", or "off: why"), for metrics.json and bug reports."""
     return {n: "on" if mismatch(n) is None else f"off: {mismatch(n)}" for n in PATCHES}
-
-
-# ------------------------------------------------------------------------ names plugins register
-def defined_in(obj: Any) -> str:
-    """Where a class (or an instance's class) is defined: its module and the package it ships in."""
-    from importlib.metadata import packages_distributions
-
-    module = (obj if isinstance(obj, type) else type(obj)).__module__
-    top = module.split(".")[0]
-    return f"{module} (package {(packages_distributions().get(top) or [top])[0]})"
-
-
-def _definition(obj: Any) -> tuple[str, str]:
-    """A class's source file (its module's name when it has none) and qualified name: the same for a
-    module imported twice, under two names, or reloaded."""
-    cls = obj if isinstance(obj, type) else type(obj)
-    return getattr(sys.modules.get(cls.__module__), "__file__", None) or cls.__module__, cls.__qualname__
-
-
-def claim(registry: dict[str, Any], name: str, obj: Any, what: str) -> None:
-    """Register ``obj`` under ``name`` (methods, span kinds), or raise ConfigError when another definition
-    holds it. Why: a plugin's ``sled`` replacing the built-in one would change every ``method=sled`` run
-    without a word. The same definition again is harmless and takes the old one's place."""
-    old = registry.get(name)
-    if old is not None and old is not obj and _definition(old) != _definition(obj):
-        mine = (old if isinstance(old, type) else type(old)).__module__.split(".")[0] == __name__.split(".")[0]
-        raise ConfigError(f"{what} {name!r} of {defined_in(obj)} would replace the {'built-in ' if mine else ''}one "
-                          f"of {defined_in(old)}: a plugin cannot replace a registered {what}; give it another name")
-    registry[name] = obj

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from scaleformer.ops import compat
 from scaleformer.ops.banded import WINDOW_ATTN, band_bias
 from scaleformer.ops.compat import BartEncoder, BartLearnedPositionalEmbedding, T5Stack
+from scaleformer.registry import claim
 
 
 class SpanKind:
@@ -77,8 +78,8 @@ SPAN_KINDS: dict[str, SpanKind] = {}
 
 
 def register_span_kind(kind: SpanKind) -> SpanKind:
-    """Add ``kind`` under its name; a name another definition holds (``full``) is refused (compat.claim)."""
-    compat.claim(SPAN_KINDS, kind.name, kind, "span kind")
+    """Add ``kind`` under its name; a name another definition holds (``full``) is refused (registry.claim)."""
+    claim(SPAN_KINDS, kind.name, kind, "span kind")
     return kind
 
 
