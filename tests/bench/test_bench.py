@@ -508,3 +508,24 @@ def test_the_largest_operators_are_summed_by_name():
     assert got == [{"name": "aten::mm", "calls": 2, "ms": 0.08, "share": 0.8},
                    {"name": "aten::gelu", "calls": 1, "ms": 0.015, "share": 0.15}]
     assert top_by_time([]) == []
+
+
+def test_a_gpu_cycle_sums_its_kernels_device_time_and_ranks_them():
+    """The GPU branch of count_ops, on stand-in profiler events (the gpu tier meets the real ones)."""
+    from types import SimpleNamespace as NS
+
+    from scaleformer.bench.measure import count_ops
+
+    def event(name, device, us=0.0, parent=None):
+        return NS(name=name, device_type=device, cpu_parent=parent, self_cpu_time_total=1.0,
+                  time_range=NS(elapsed_us=lambda us=us: us))
+
+    mm = event("aten::mm", "DeviceType.CPU")
+    events = [mm, event("aten::view", "DeviceType.CPU", parent=mm), event("sm90_gemm", "DeviceType.CUDA", 300.0),
+              event("sm90_gemm", "DeviceType.CUDA", 100.0), event("softmax_kernel", "DeviceType.CUDA", 100.0)]
+    prof = NS(events=lambda: events, activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+    got = count_ops(prof)
+    assert (got["aten_ops_per_step"], got["top_level_ops_per_step"], got["kernels_per_step"]) == (2, 1, 3)
+    assert got["kernel_s_per_step"] == pytest.approx(500e-6) and got["top"]["of"] == "kernels, device time"
+    assert [(t["name"], t["calls"], t["share"]) for t in got["top"]["rows"]] == [("sm90_gemm", 2, 0.8),
+                                                                                ("softmax_kernel", 1, 0.2)]
