@@ -13,7 +13,8 @@ start=$(date +%s)
 export PYTHONUNBUFFERED=1
 # GPU_WINDOW_TIER=0: prepare .venv-gpu only (the tier ran earlier in the window); GPU_PERF_ARGS: more
 # arguments for gpu_perf.py (e.g. --variants after; --gen-budget-s S: generation's share of the budget,
-# default 150; --parts decode,docs: the generation rows only, in the whole budget)
+# default 150; --parts decode,docs: the generation rows only, in the whole budget; --variants after,compiled
+# --cells sled/summscreen --parts train: the compiled layers against the defaults where the host bounds the step)
 tier=$([ "${GPU_WINDOW_TIER:-1}" = 0 ] && echo " --skip-tier")
 make gpu-check DIR="$work/gpu-check" GPU_CHECK_ARGS="--skip-bench$tier" >"$work/gpu-check.log" 2>&1
 echo "gpu-check: exit $?"; tail -n 4 "$work/gpu-check/summary.md" 2>/dev/null | cut -c1-300
