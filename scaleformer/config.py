@@ -201,13 +201,6 @@ class GenerationConfig:
               self.no_repeat_ngram_size, "must be >= 0")
 
 
-def generation_kwargs(g: Any) -> dict[str, Any]:
-    """``model.generate`` keywords of a :class:`scaleformer.config.GenerationConfig`."""
-    return {"num_beams": g.num_beams, "max_new_tokens": g.max_new_tokens, "min_new_tokens": g.min_new_tokens,
-            "length_penalty": g.length_penalty, "no_repeat_ngram_size": g.no_repeat_ngram_size,
-            **({"early_stopping": True} if g.num_beams > 1 else {})}  # a beam-search flag only
-
-
 @dataclass
 class OptimConfig:
     lr: float = 5e-5
@@ -400,14 +393,8 @@ class Config:
     # compose_config from Hydra; runs, tables and metrics.json name the method by its option.
     choices: dict[str, Any] = field(default_factory=dict)
 
-
     def __post_init__(self) -> None:
         check(0 <= self.seed < 2**32, "seed", self.seed, "must be in [0, 2**32 - 1] (numpy's seed range)")
         for prefix in self.allowed_targets:
             check(isinstance(prefix, str) and bool(prefix.strip(".")), "allowed_targets", prefix,
                   "entries must be module prefixes such as my_package.callbacks")
-
-
-def _key_hint(e: Exception) -> str:
-    key = getattr(e, "full_key", None)
-    return f" (key: {key})" if key else ""

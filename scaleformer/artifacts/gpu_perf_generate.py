@@ -45,7 +45,7 @@ from scaleformer.bench.floor import step_floor
 from scaleformer.bench.measure import copy_bandwidth, is_oom
 from scaleformer.bench.shapes import load_shape, random_model
 from scaleformer.compose import compose_config
-from scaleformer.config import GenerationConfig, generation_kwargs
+from scaleformer.config import GenerationConfig
 from scaleformer.data.sampler import length_sorted_batches
 from scaleformer.data.synthetic import DEFAULT_SEED, split_rows
 from scaleformer.export.summarizer import Summarizer
@@ -123,7 +123,7 @@ def decode_row(model: Any, hidden: torch.Tensor, mask: torch.Tensor, beams: int,
     device = hidden.device
     g = GenerationConfig(num_beams=beams, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                          static_cache=cache == "static", compile=cache == "static" and device.type == "cuda")
-    kw = generation_kwargs(g) | static_decoding.generation_kwargs(g)  # what a run's evaluation passes
+    kw = decoding.generation_kwargs(g) | static_decoding.generation_kwargs(g)  # what a run's evaluation passes
 
     def run() -> Any:
         return decoding.generate(model, hidden, mask, **kw)

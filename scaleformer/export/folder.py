@@ -28,10 +28,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from scaleformer.config import generation_kwargs
 from scaleformer.errors import redact_all
 from scaleformer.export.card import CARD_FILE, model_card
 from scaleformer.io import atomic_dir, atomic_write_text
+from scaleformer.ops.decoding import generation_kwargs
 from scaleformer.resources import installed
 
 log = logging.getLogger("scaleformer")

@@ -37,7 +37,6 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutput
 
-from scaleformer.config import generation_kwargs
 from scaleformer.ops import compat, static_decoding
 from scaleformer.ops.compat import (
     BART_ROLES,
@@ -256,6 +255,13 @@ def _greedy_without_beam_flags(kwargs: dict[str, Any]) -> dict[str, Any]:
         if getattr(gen, k, None) is not None:
             setattr(gen, k, v)
     return {**kwargs, "generation_config": gen}
+
+
+def generation_kwargs(g: Any) -> dict[str, Any]:
+    """``model.generate`` keywords of a :class:`scaleformer.config.GenerationConfig` (or any object with its fields)."""
+    return {"num_beams": g.num_beams, "max_new_tokens": g.max_new_tokens, "min_new_tokens": g.min_new_tokens,
+            "length_penalty": g.length_penalty, "no_repeat_ngram_size": g.no_repeat_ngram_size,
+            **({"early_stopping": True} if g.num_beams > 1 else {})}  # a beam-search flag only
 
 
 def generate(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, shared: bool = True,

@@ -17,12 +17,18 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scaleformer.config import Config, GenerationConfig, TrainerConfig, _key_hint
+from scaleformer.config import Config, GenerationConfig, TrainerConfig
 from scaleformer.errors import ConfigError, check
 from scaleformer.methods import method_config
 from scaleformer.runs import identity
 from scaleformer.runs.cost_schedule import schedule_steps
 from scaleformer.runs.run_config import RunConfig
+
+
+def _key_hint(e: Exception) -> str:
+    """The key an OmegaConf error names, as a suffix of its one line."""
+    key = getattr(e, "full_key", None)
+    return f" (key: {key})" if key else ""
 
 
 def trainer_config(raw: DictConfig | dict[str, Any]) -> TrainerConfig:
