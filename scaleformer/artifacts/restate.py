@@ -1,12 +1,15 @@
-"""A committed table restated under the current statistics rules from its CSV alone, for tables whose runs
-are not at hand (their per-document scores were never committed).
+"""A committed table restated under the current statistics rules when its runs are not at hand.
 
-What the CSV holds is enough for two rules: Holm's family (the test split's p-values, corrected again;
-dev keeps its p-values and loses its marks) and the Clopper-Pearson interval of a share (exact match, a
-town named: k of n from the mean and the document count). Everything else (the p-values themselves, the
-other intervals) stays as the runs' rendering computed it, and the table says so under its caption.
-``python scripts/render_results.py --restate table_qa`` runs it; a table re-rendered from its runs
-replaces it.
+A table whose cells' per-document scores are archived beside it (``scores/<artifact>/``,
+:mod:`scaleformer.artifacts.scores_archive`) gets every interval, p-value and mark recomputed from them:
+the same numbers a rebuild from the runs would give. A table without them (its scores were never kept) is
+restated from its CSV alone, which is enough for three rules: Holm's family (the test split's p-values,
+corrected again; dev keeps its p-values and loses its marks), the Clopper-Pearson interval of a share
+(exact match, a town named: k of n from the mean and the document count), and the exact bound of a
+bounded score at 0 or 100 on every document (a mean of 0 with a zero-width interval). Everything else
+(the p-values themselves, the other intervals) stays as the runs' rendering computed it, and the table
+says so under its caption. ``python scripts/render_results.py --restate table_qa`` runs it; a table
+re-rendered from its runs replaces it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from scaleformer.artifacts.significance import ALPHA, FAMILY, SHARES
+from scaleformer.artifacts.scores_archive import reannotate
+from scaleformer.artifacts.significance import ALPHA, BOUNDED, FAMILY, SHARES
 from scaleformer.artifacts.tables import render_csv, render_latex, render_markdown
 from scaleformer.io import atomic_write_text
 from scaleformer.metrics.stats import holm, proportion_ci
@@ -40,9 +44,16 @@ def restate_rows(rows: list[dict[str, Any]], family: str = FAMILY) -> list[dict[
     for r in rows:
         for k in ("ci_method", "test_method", "seed_sd", "doc_sd", "family"):
             r.setdefault(k, None)
-        if r["metric"] in SHARES and r["n_seeds"] == 1 and r["n_docs"] and r["ours"] is not None:
+        if not r["n_docs"] or r["ours"] is None:
+            pass
+        elif r["metric"] in SHARES and r["n_seeds"] == 1:
             ci = proportion_ci(round(r["ours"] * r["n_docs"] / 100), r["n_docs"], 100.0)
             r.update(ci_low=ci.low, ci_high=ci.high, ci_method=ci.method)
+        elif r["metric"] in BOUNDED and r["ours"] in (0.0, 100.0) and r["ci_low"] == r["ci_high"] == r["ours"]:
+            # a bounded mean at its end is every document there; no spread seen, the documents bound it
+            ci = proportion_ci(r["n_docs"] if r["ours"] else 0, r["n_docs"], 100.0)
+            r.update(ci_low=ci.low, ci_high=ci.high,
+                     ci_method=ci.method if r["metric"] in SHARES else "exact bound")
         r.update(p_holm=None, significant=None, family=None)
     tested = [r for r in rows if r["split"] == family and r["p_value"] is not None]
     for r, adjusted in zip(tested, holm([r["p_value"] for r in tested]) if tested else []):
@@ -51,15 +62,28 @@ def restate_rows(rows: list[dict[str, Any]], family: str = FAMILY) -> list[dict[
 
 
 def restate(spec: dict[str, Any], profile: str, out_dir: Path) -> dict[str, Path]:
-    """Rewrite ``out_dir/<artifact>.{md,csv,tex}`` from its CSV under the current rules (module docstring)."""
+    """Rewrite ``out_dir/<artifact>.{md,csv,tex}`` under the current rules, from its archived scores where
+    they exist, else from its CSV (module docstring)."""
     name = spec["artifact"]
     csv_path, md_path = out_dir / f"{name}.csv", out_dir / f"{name}.md"
-    rows = restate_rows([_parse(r) for r in csv.DictReader(csv_path.open())])
+    table = list(csv.DictReader(csv_path.open()))
+    archived = out_dir / "scores" / name
+    if archived.is_dir():
+        problems: list[str] = []
+        fresh, _ = reannotate(spec, table, archived, problems, csv_path.name)
+        if problems:
+            raise ValueError(f"{csv_path}: cannot restate from {archived}: " + "; ".join(problems))
+        rows = [_parse(r) | f for r, f in zip(table, fresh, strict=True)]
+        note = (f"Restated from the archived per-document scores (`scores/{name}/`) under the current rules: every "
+                "interval, p-value and mark recomputed as a rebuild from the runs would; means and runs unchanged.")
+    else:
+        rows = restate_rows([_parse(r) for r in table])
+        note = ("Restated from this table's CSV (its runs' per-document scores are not in the repository): Holm's "
+                "family is the test split's comparisons, shares use Clopper-Pearson and a score at 0 or 100 on "
+                "every document its exact bound; every other interval and every p-value is as its runs computed "
+                "them (BCa, at most 10,000 random sign patterns).")
     old = md_path.read_text().splitlines() if md_path.exists() else []
     source = next((line for line in old if line.startswith("Provenance:")), "")
-    note = ("Restated from this table's CSV (its runs' per-document scores are not in the repository): Holm's "
-            "family is the test split's comparisons and shares use Clopper-Pearson; every other interval and "
-            "every p-value is as its runs computed them (BCa, at most 10,000 random sign patterns).")
     md = render_markdown(spec, rows, [], profile, source).splitlines()
     md[3:3] = ["", note]
     return {"md": atomic_write_text(md_path, "\n".join(md) + "\n"),

@@ -84,21 +84,30 @@ def _differs(a: Any, b: Any) -> bool:
     return a != b
 
 
-def recheck(spec: dict[str, Any], csv_path: Path, scores_dir: Path) -> list[str]:
-    """Every statistic of ``csv_path`` recomputed from ``scores_dir`` alone; the differences, one line each."""
-    table = list(csv.DictReader(csv_path.open()))
+def reannotate(spec: dict[str, Any], table: list[dict[str, str]], scores_dir: Path, problems: list[str],
+               name: str = "") -> tuple[list[dict[str, Any]], dict[tuple[str, str, str], Any]]:
+    """Every statistic of a table's CSV rows recomputed from ``scores_dir`` alone: one fresh row per CSV
+    row (its keys, ``ours`` and what :func:`annotate` adds) and each cell's archived seeds; a missing score
+    file is a line in ``problems``."""
     scores: dict[tuple[str, str, str], list[dict[str, dict[str, Any]]]] = {}
-    problems = []
     for r in table:
         key = (r["split"], r["method"], r["dataset"])
         if r["status"] != "ok" or not r["run_id"] or key in scores:
             continue
-        per_seed = _archived(scores_dir, r, spec["splits"][r["split"]], csv_path.name, problems)
+        per_seed = _archived(scores_dir, r, spec["splits"][r["split"]], name, problems)
         if per_seed is not None:
             scores[key] = per_seed
     fresh = [{"split": r["split"], "method": r["method"], "dataset": r["dataset"], "metric": r["metric"],
               "ours": _value(r["ours"])} for r in table]
     annotate(fresh, scores, spec.get("baseline"))
+    return fresh, scores
+
+
+def recheck(spec: dict[str, Any], csv_path: Path, scores_dir: Path) -> list[str]:
+    """Every statistic of ``csv_path`` recomputed from ``scores_dir`` alone; the differences, one line each."""
+    table = list(csv.DictReader(csv_path.open()))
+    problems: list[str] = []
+    fresh, scores = reannotate(spec, table, scores_dir, problems, csv_path.name)
     for old, new in zip(table, fresh, strict=True):
         seeds = scores.get((old["split"], old["method"], old["dataset"]))
         if seeds and new["ours"] is not None and all(old["metric"] in d for s in seeds for d in s.values()):

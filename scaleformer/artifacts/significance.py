@@ -6,9 +6,14 @@ evaluation; the references in ``predictions_<split>.jsonl`` beside them are chec
 runs are paired). A cell's interval (:mod:`scaleformer.metrics.stats`):
 
 - several seeds: both levels, a seed's shift and the documents (``seeds_ci``, Student's t), kept inside
-  a bounded score's range; a share whose every outcome is alike gets Clopper-Pearson over its documents;
+  a bounded score's range;
 - one seed: documents only, Clopper-Pearson for a share of 0/1 outcomes (EM, a town named), Student's t
-  below ``SMALL_N`` documents, BCa otherwise.
+  below ``SMALL_N`` documents, BCa otherwise;
+- either way, a bounded score whose every outcome sits at one end of its range (a recall of 0 on every
+  document and seed) gets the exact bound over its documents: t and the bootstrap see no spread there and
+  would print "0.0 ±0.0", while 0 of 64 documents still allows a mean up to 5.6. The bound is Clopper-
+  Pearson's at 0 (or n) of n, and it holds for any score X in [0, 1], not only a 0/1 one: X <= 1{X > 0},
+  so P(X = 0) <= 1 - E[X] and P(n documents at 0) <= (1 - E[X])^n.
 
 A method is compared with the baseline on the documents both scored: over seeds and documents where
 both have the same number of seeds (``seeds_paired``), else on per-document means (``paired``): with one
@@ -78,8 +83,7 @@ def check_references(a: Sequence[dict[str, dict[str, Any]]], b: Sequence[dict[st
 
 
 def _is_share(values: list[list[float]], metric: str) -> float | None:
-    """The scale (1 or 100) of a SHARES metric whose every value is 0 or that scale (ROUGE of 0 on every
-    document is not a share)."""
+    """The scale (1 or 100) of a SHARES metric whose every value is 0 or that scale."""
     if metric not in SHARES:
         return None
     flat = {v for row in values for v in row}
@@ -89,20 +93,36 @@ def _is_share(values: list[list[float]], metric: str) -> float | None:
     return None
 
 
+def _edge_ci(values: list[list[float]], metric: str) -> Interval | None:
+    """The exact bound of a bounded score whose every value sits at one end of its range (module
+    docstring), over its documents; None where the values spread."""
+    flat = {v for row in values for v in row}
+    if metric not in BOUNDED or len(flat) != 1:
+        return None
+    scale, (v,) = _is_share(values, metric) or 100.0, flat
+    if v not in (0.0, scale):
+        return None
+    n = len(values[0])
+    ci = proportion_ci(n if v else 0, n, scale)
+    return ci if metric in SHARES else replace(ci, method="exact bound")
+
+
 def cell_interval(values: list[list[float]], metric: str = "") -> tuple[Interval, dict[str, Any]]:
     """A cell's interval from ``values [seeds, docs]`` and what it rests on (module docstring)."""
     per_doc = [sum(col) / len(col) for col in zip(*values)]
-    scale = _is_share(values, metric)
+    edge = _edge_ci(values, metric)
     if len(values) >= 2 and len(values[0]) >= 2:
         lv = levels(values)
         ci = seeds_ci(values)
-        if scale is not None and ci.high == ci.low:  # every outcome alike: t has no spread, the documents bound it
-            ci = proportion_ci(round(sum(per_doc) / scale), len(per_doc), scale)
+        if edge is not None:  # every outcome alike: t has no spread, the documents bound it
+            ci = edge
         elif metric in BOUNDED:  # t knows no range: 0.3 +-0.4 of a recall is [0, 0.7]
             ci = replace(ci, low=max(ci.low, 0.0), high=min(ci.high, 100.0))
         return ci, {"seed_sd": lv.seed_sd, "doc_sd": lv.doc_sd}
-    if scale is not None:
+    if (scale := _is_share(values, metric)) is not None:
         return proportion_ci(round(sum(per_doc) / scale), len(per_doc), scale), {}
+    if edge is not None:
+        return edge, {}
     return (small_ci(per_doc) if len(per_doc) < SMALL_N else mean_ci(per_doc)), {}
 
 
@@ -240,12 +260,12 @@ def caption(baseline: str | None, label: str, seeds: Sequence[Any], family: str 
     """What the interval and the mark mean, for the rendered table."""
     if len(seeds) <= 1:
         text = ("One seed per cell: each interval is over documents only (t below 20 documents, Clopper-Pearson "
-                "for a share of 0/1 outcomes, BCa otherwise); `±h` is its half-width, `[lo, hi]` where its sides "
-                "differ.")
+                "for a share of 0/1 outcomes, BCa otherwise; the exact bound where every outcome sits at 0 or 100: "
+                "0 of 64 is at most 5.6); `±h` is its half-width, `[lo, hi]` where its sides differ.")
     else:
         text = (f"{len(seeds)} seeds per cell: each interval is over seeds and documents (two levels, Student's t, "
-                "kept inside a bounded score's range; Clopper-Pearson where a share's every outcome is alike); "
-                "`±h` is its half-width, `[lo, hi]` where its sides differ.")
+                "kept inside a bounded score's range; the exact bound over the documents where every outcome sits "
+                "at 0 or 100: 0 of 64 is at most 5.6); `±h` is its half-width, `[lo, hi]` where its sides differ.")
     if baseline:
         what = "these trained checkpoints differ" if len(seeds) <= 1 else "the methods differ over seeds"
         text += (f" `{MARK}`: {what} from {label}'s (paired on the same documents; Holm-corrected over the "
@@ -275,7 +295,7 @@ def table_caption(baseline: str | None, label: str, counts: dict[str, int], labe
     text = (f"Seeds differ by row ({several}; the other rows 1): a row with several seeds has intervals over "
             "seeds and documents (two levels, Student's t, inside a bounded score's range); a row with one, over "
             "documents only (t below 20 documents, Clopper-Pearson for a share of 0/1 outcomes, BCa otherwise); "
-            "`±h` is the half-width, `[lo, hi]` where its sides differ.")
+            "either way the exact bound where every outcome sits at 0 or 100; `±h` is the half-width, `[lo, hi]` where its sides differ.")
     if baseline:
         text += (f" `{MARK}`: a difference from {label}'s (paired on the same documents; Holm-corrected over the "
                  f"{family} split's comparisons, p < {ALPHA}; other splits are for choosing and get no mark): the "
@@ -305,6 +325,8 @@ def seed_spread(rows: list[dict[str, str]], metric: str, label: str) -> str:
         return ""
     seed = statistics.median(float(r["seed_sd"]) for r in cells)
     doc = statistics.median(float(r["doc_sd"]) for r in cells)
+    n = round(statistics.median(float(r["n_docs"]) for r in cells))
+    se = doc / n ** 0.5
     return (f" Across seeds a cell's {label} moves by a median SD of {seed:.2f} points, against a "
-            f"document SD of {doc:.1f} ({len(cells)} test cells): a mean over 64 documents has a document "
-            f"standard error of {doc / 8:.2f}, so one seed's shift is {'larger' if seed > doc / 8 else 'smaller'}.")
+            f"document SD of {doc:.1f} ({len(cells)} test cells): a mean over {n} documents has a document "
+            f"standard error of {se:.2f}, so one seed's shift is {'larger' if seed > se else 'smaller'}.")

@@ -67,3 +67,21 @@ def test_recheck_all_finds_a_table_rendered_one_folder_down(tmp_path):
     victim = sorted(archived.rglob("scores_test.jsonl"))[0]
     victim.write_text(victim.read_text().replace('"rouge1": ', '"rouge1": 1', 1))
     assert any(p.startswith("table2.csv: test") for p in scores_archive.recheck_all(tmp_path))
+
+
+def test_a_table_restated_from_its_archive_gets_every_statistic_back(tmp_path):
+    """A CSV whose statistics went stale (here: edited by hand) is recomputed from the archived scores."""
+    import csv
+
+    from scaleformer.artifacts.restate import restate
+
+    spec, csv_path, archived = _table(tmp_path)
+    rows = list(csv.DictReader(csv_path.open()))
+    good = {k: rows[-1][k] for k in scores_archive.CHECKED}
+    rows[-1].update(p_value="0.5", ci_high="99.0", significant="False")
+    csv_path.write_text(tables.render_csv(rows))
+    assert len(scores_archive.recheck(spec, csv_path, archived)) >= 2
+    restate(spec, "smoke", csv_path.parent)
+    assert scores_archive.recheck(spec, csv_path, archived) == []
+    assert {k: list(csv.DictReader(csv_path.open()))[-1][k] for k in scores_archive.CHECKED} == good
+    assert "Restated from the archived per-document scores" in csv_path.with_suffix(".md").read_text()

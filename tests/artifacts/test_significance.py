@@ -58,8 +58,13 @@ def test_a_share_gets_clopper_pearson_few_documents_get_t_and_several_seeds_two_
     zero, _ = sig.cell_interval([[0.0] * 64], "exact_match")
     assert zero.method == "Clopper-Pearson" and zero.high == pytest.approx(5.6, abs=0.05)
     assert sig.cell_text({"ours": 0.0, "ci_low": zero.low, "ci_high": zero.high}) == "0.0 [0.0, 5.6]"
-    rouge_zero, _ = sig.cell_interval([[0.0] * 64], "rouge1")  # ROUGE of 0 is not a share
-    assert rouge_zero.method == "none"
+    # a bounded score at one end on every document: no spread for t or BCa, the documents still bound it
+    rouge_zero, _ = sig.cell_interval([[0.0] * 64], "rouge1")
+    assert rouge_zero.method == "exact bound" and (rouge_zero.low, rouge_zero.high) == (0.0, zero.high)
+    full, _ = sig.cell_interval([[100.0] * 64], "fact_recall")
+    assert full.method == "exact bound" and full.high == 100.0 and full.low == pytest.approx(94.4, abs=0.05)
+    assert sig.cell_interval([[0.0] * 63 + [1.0]], "rouge1")[0].method != "exact bound"
+    assert sig.cell_interval([[0.0] * 64], "bertscore_f1")[0].high == 0.0  # unbounded: no bound to lean on
     eight, _ = sig.cell_interval([[float(v) for v in range(8)]], "rouge1")
     assert eight == stats.small_ci(range(8)) and eight.method == "t"
     grid = np.random.default_rng(1).normal(30, 5, (3, 40)).tolist()
@@ -70,6 +75,8 @@ def test_a_share_gets_clopper_pearson_few_documents_get_t_and_several_seeds_two_
 def test_several_seeds_keep_a_bounded_score_in_range_and_an_all_zero_share_gets_its_bound():
     zeros, _ = sig.cell_interval([[0.0] * 64] * 3, "exact_match")  # 0 of 64 questions, three seeds
     assert zeros.method == "Clopper-Pearson" and zeros.high == pytest.approx(5.6, abs=0.05)
+    recall, extra = sig.cell_interval([[0.0] * 64] * 3, "fact_recall")  # a recall of 0 everywhere: the same bound
+    assert recall.method == "exact bound" and recall.high == zeros.high and extra["seed_sd"] == 0.0
     rare = [[0.0] * 63 + [20.0], [0.0] * 64, [0.0] * 64]  # one document's recall, one seed: t reaches below 0
     low, _ = sig.cell_interval(rare, "fact_recall")
     assert stats.seeds_ci(rare).low < 0 and low.low == 0.0 and low.high == stats.seeds_ci(rare).high
@@ -101,11 +108,20 @@ def test_a_table_restated_from_its_csv_takes_the_test_family_and_share_intervals
         return {"split": split, "method": method, "metric": metric, "ours": ours, "n_docs": n, "n_seeds": 1,
                 "p_value": p, "p_holm": 0.5, "significant": True, "ci_low": 1.0, "ci_high": 2.0}
 
+    zero = row("test", "b", "fact_recall", 0.0) | {"ci_low": 0.0, "ci_high": 0.0}  # rendered "0.0 ±0.0" before
     rows = restate_rows([row("dev", "a", "exact_match", 0.0, 0.001), row("test", "a", "exact_match", 0.0, 0.001),
-                         row("test", "b", "rouge1", 30.0, 0.02), row("test", "trunc", "rouge1", 31.0)])
-    dev, a, b, trunc = rows
+                         row("test", "b", "rouge1", 30.0, 0.02), row("test", "trunc", "rouge1", 31.0), zero])
+    dev, a, b, trunc, zero = rows
+    assert zero["ci_method"] == "exact bound" and zero["ci_high"] == pytest.approx(5.6, abs=0.05)
     assert dev["significant"] is None and dev["p_holm"] is None  # dev: no mark
     assert a["p_holm"] == pytest.approx(0.002) and a["significant"] is True and a["family"] == "test (2 comparisons)"
     assert b["p_holm"] == pytest.approx(0.02) and b["significant"] is True
     assert a["ci_high"] == pytest.approx(5.6, abs=0.05) and a["ci_method"] == "Clopper-Pearson"
     assert (b["ci_low"], b["ci_high"]) == (1.0, 2.0) and trunc["p_holm"] is None  # kept; baseline untested
+
+
+def test_seed_spread_compares_with_the_cells_own_standard_error():
+    rows = [{"split": "test", "metric": "rouge1", "seed_sd": "0.9", "doc_sd": "5.0", "n_docs": "100"}] * 3
+    text = sig.seed_spread(rows, "rouge1", "R-1")
+    assert "a mean over 100 documents has a document standard error of 0.50, so one seed's shift is larger" in text
+    assert sig.seed_spread([{**rows[0], "seed_sd": ""}], "rouge1", "R-1") == ""
