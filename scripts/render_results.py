@@ -35,9 +35,9 @@ LABELS = {"rouge1": "R-1", "rouge2": "R-2", "rougeL": "R-L", "fact_recall": "Fac
           "town_accuracy": "Town", "exact_match": "EM", "f1": "F1", "bertscore_f1": "BS"}
 CEILING = "truncation_ceiling"
 
-
 from scaleformer.artifacts.scores_archive import recheck_all  # noqa: E402
 from scaleformer.artifacts.significance import mark_meaning, seed_spread  # noqa: E402
+from scaleformer.io import atomic_write_text  # noqa: E402
 
 
 class MissingResults(Exception):
@@ -238,13 +238,13 @@ def render_table_qa_reading(sub: str = "") -> str:
             f"correction. {found}")
 
 
-def render_detectable(artifact: str, metric: str) -> str:
+def render_detectable(artifact: str, metric: str, sub: str = "") -> str:
     """The power sentence of a tiny table's test split (scaleformer.artifacts.power)."""
     from scaleformer.artifacts.power import detectable
 
-    _, rows = _table(artifact)
+    _, rows = _table(artifact, sub)
     try:
-        return detectable(rows, metric, LABELS.get(metric, metric), f"results/tiny/{artifact}.csv")
+        return detectable(rows, metric, LABELS.get(metric, metric), f"results/tiny/{sub}{'/' * bool(sub)}{artifact}.csv")
     except ValueError as e:
         raise MissingResults(str(e)) from None
 
@@ -342,6 +342,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "table_qa-seeds-by-window": render_qa_seeds_by_window,
     "table1-tiny-power": lambda: render_detectable("table1", "rouge1"),
     "table_qa-tiny-power": lambda: render_detectable("table_qa", "exact_match"),
+    "table_qa-seeds-power": lambda: render_detectable("table_qa", "exact_match", "table_qa_seeds"),
+    "table2-tiny-power": lambda: render_detectable("table2", "rouge1"),
     "selector-picks": render_selector_picks,
     "dryrun-costs": render_dryrun_costs,
 }
@@ -385,8 +387,6 @@ def main(argv: list[str] | None = None) -> int:
         if new != text:
             stale.append(page)
             if not args.check:
-                from scaleformer.io import atomic_write_text
-
                 atomic_write_text(path, new)
     if args.check and stale:
         print(f"error: results blocks differ from results/ in {', '.join(stale)}: run "

@@ -39,12 +39,19 @@ def detectable(rows: list[dict[str, Any]], metric: str, label: str, source: str)
     n = sorted({str(r["n_docs"]) for r in tested})
     if any(df is not None for df in dfs):
         known = sorted(df for df in dfs if df is not None)
+        mid = known[len(known) // 2]
         rule = (f"(t(1 - 0.05/{2 * m}, df) + t(0.8, df)) x SE per comparison, df the two-level test's "
-                f"(median {known[len(known) // 2]:.1f}: three seeds leave few, so the multiplier is large)")
+                f"(median {mid:.1f}" + (": few seeds leave few, so the multiplier is large)" if mid < 30 else ")"))
     else:
         rule = f"(z(1 - 0.05/{2 * m}) + z(0.8)) x SE = {q(1 - ALPHA / (2 * m), None) + q(POWER, None):.2f} x SE"
     return (f"Power of `{source}`'s test split ({'/'.join(n)} documents per cell, {m} comparisons with the baseline "
             f"on the test split, the family of the correction): the paired {label} differences have a median "
-            f"standard error of {ses[len(ses) // 2]:.2f} points (from {ses[0]:.2f} to {ses[-1]:.2f}), so a "
-            f"difference of {need[len(need) // 2]:.1f} points ({need[0]:.1f} to {need[-1]:.1f}) is found with 80% "
-            f"power at 0.05 after the correction: {rule}.")
+            f"standard error of {ses[len(ses) // 2]:.2f} points{_range(ses, '.2f', 'from ')}, so a difference of "
+            f"{need[len(need) // 2]:.1f} points{_range(need, '.1f')} is found with 80% power at 0.05 after the "
+            f"correction: {rule}.")
+
+
+def _range(xs: list[float], fmt: str, lead: str = "") -> str:
+    """`` (from a to b)`` of sorted ``xs`` as printed; nothing where one comparison (or all alike) gives it."""
+    lo, hi = f"{xs[0]:{fmt}}", f"{xs[-1]:{fmt}}"
+    return "" if lo == hi else f" ({lead}{lo} to {hi})"

@@ -25,7 +25,10 @@ def test_one_seed_uses_z_over_the_test_family_and_several_seeds_use_t_on_their_d
     need = (student.ppf(1 - 0.05 / 4, df) + student.ppf(0.8, df)) * se
     text = detectable(seeds, "rouge1", "R-1", "t.csv")
     assert f"median standard error of {se:.2f}" in text and f"a difference of {need:.1f} points" in text
-    assert "median 3.0" in text and need > mult  # few degrees of freedom ask for a larger difference
+    assert "median 3.0: few seeds leave few" in text and need > mult  # few degrees of freedom ask for more
+    assert "(from " not in text  # every comparison alike: no range to print
+    many = detectable([_row("rouge1", 2.0, 90.0), _row("rouge1", 3.0, 90.0)], "rouge1", "R-1", "t.csv")
+    assert "median 90.0)" in many and "few seeds" not in many and "(from 1.0" in many
 
 
 def test_a_table_without_tests_is_named():
