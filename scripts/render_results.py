@@ -36,7 +36,7 @@ LABELS = {"rouge1": "R-1", "rouge2": "R-2", "rougeL": "R-L", "fact_recall": "Fac
 CEILING = "truncation_ceiling"
 
 from scaleformer.artifacts.scores_archive import recheck_all  # noqa: E402
-from scaleformer.artifacts.significance import mark_meaning, seed_spread  # noqa: E402
+from scaleformer.artifacts.significance import mark_meaning, seed_spread, seeds_agree  # noqa: E402
 from scaleformer.io import atomic_write_text  # noqa: E402
 
 
@@ -179,7 +179,7 @@ def render_table1_reading() -> str:
 
     spec, rows = _table("table1")
     long_cols = spec["datasets"][1:]
-    names = " and ".join(column_label(spec, "tiny", ds).removeprefix("synthetic ") for ds in long_cols)
+    cols = {ds: column_label(spec, "tiny", ds).removeprefix("synthetic ") for ds in long_cols}
     groups: dict[str, list[str]] = {"higher": [], "lower": [], "mixed": []}
     for method in spec["methods"]:
         if method == spec.get("baseline", "truncation"):
@@ -189,9 +189,8 @@ def render_table1_reading() -> str:
             got = [_row(rows, "test", method, ds, m) for m in ("rouge1", "fact_field_recall")]
             if None in got or any(r["diff_vs_baseline"] is None for r in got):
                 continue
-            col = column_label(spec, "tiny", ds).removeprefix("synthetic ")
             said.append(" / ".join(f"{_signed(r['diff_vs_baseline'])}{MARK if r['significant'] else ''}" for r in got)
-                        + f" on {col}")
+                        + f" on {cols[ds]}")
             signs += [(r["diff_vs_baseline"] > 0) - (r["diff_vs_baseline"] < 0) if r["significant"] else 0 for r in got]
         if not said:
             continue
@@ -199,11 +198,12 @@ def render_table1_reading() -> str:
         groups[kind].append(f"{spec['method_labels'][method]} ({'; '.join(said)})")
     held = " and ".join(_fmt(_value(rows, "test", CEILING, ds, "fact_recall")) + "%" for ds in long_cols)
     n = sorted({r["n_docs"] for r in rows if r["split"] == "test" and r["dataset"] in long_cols and r.get("n_docs")})
-    return (f"Held-out test ledgers ({'/'.join(n)} per column), the {names} columns, where truncation's window "
+    return (f"Held-out test ledgers ({'/'.join(n)} per column), the {' and '.join(cols.values())} columns, where truncation's window "
             f"holds {held} of the events: R-1 / Parts minus truncation's, `{MARK}` {mark_meaning(rows)}."
             f"{seed_spread(rows, 'rouge1', LABELS['rouge1'])} Higher on both scores and both columns: "
             f"{'; '.join(groups['higher']) or 'none'}. Lower on all four: {'; '.join(groups['lower']) or 'none'}. "
-            f"Neither (some difference not shown, or mixed): {'; '.join(groups['mixed']) or 'none'}.")
+            f"Neither (some difference not shown, or mixed): {'; '.join(groups['mixed']) or 'none'}."
+            + seeds_agree(rows, "rouge1", LABELS["rouge1"], spec["method_labels"], cols, "truncation"))
 
 
 def render_table_qa_reading(sub: str = "") -> str:
@@ -268,8 +268,7 @@ def render_selector_picks() -> str:
 
 
 def render_figure2() -> str:
-    spec_rows = _table("figure2")
-    spec, rows = spec_rows
+    spec, rows = _table("figure2")
     extra = next((k for k in rows[0] if k in LABELS and k not in ("ours",)), None) if rows else None
     lines = [f"| sweep | value | {LABELS[spec['metric']]} |" + (f" {LABELS[extra]} |" if extra else ""),
              "|---|---|---|" + ("---|" if extra else "")]
@@ -363,14 +362,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="report blocks that differ from their files, and "
                     "statistics that differ from the archived per-document scores; write nothing")
-    ap.add_argument("--restate", metavar="ARTIFACT", help="rewrite results/tiny/ARTIFACT.{md,csv,tex} from its CSV "
+    ap.add_argument("--restate", metavar="[SUB/]ARTIFACT", help="rewrite results/tiny/[SUB/]ARTIFACT.{md,csv,tex} "
                     "under the current statistics rules (scaleformer.artifacts.restate), then render the blocks")
     args = ap.parse_args(argv)
     if args.restate:
         from scaleformer.artifacts.grid import load_spec
         from scaleformer.artifacts.restate import restate
 
-        restate(load_spec(ROOT / "experiments" / f"{args.restate}.yaml"), "tiny", ROOT / "results" / "tiny")
+        sub, _, name = args.restate.rpartition("/")  # table_qa_seeds/table_qa: a table rendered apart
+        restate(load_spec(ROOT / "experiments" / f"{name}.yaml"), "tiny", RESULTS / "tiny" / sub)
     if args.check and (problems := recheck_all(RESULTS / "tiny")):
         print("error: statistics differ from the archived per-document scores:\n  " + "\n  ".join(problems),
               file=sys.stderr)

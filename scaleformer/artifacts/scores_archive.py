@@ -23,7 +23,7 @@ from scaleformer.io import atomic_write_text, iter_jsonl
 
 # what annotate computes and the CSV keeps: recomputed and compared
 CHECKED = ("ci_low", "ci_high", "n_docs", "n_seeds", "diff_vs_baseline", "diff_ci_low", "diff_ci_high",
-           "diff_df", "p_value", "p_holm", "significant")
+           "diff_df", "diff_seed_min", "diff_seed_max", "p_value", "p_holm", "significant")
 REL = 1e-9  # floating-point noise between machines is far below; a changed score is far above
 
 

@@ -97,6 +97,9 @@ def test_several_seeds_are_compared_over_both_levels():
     rows = [_row("test", "trunc"), _row("test", "a")]
     sig.annotate(rows, {("test", m, "x"): v for m, v in grids.items()}, "trunc")
     assert rows[1]["test_method"] == "two-level t" and rows[1]["n_seeds"] == 3 and rows[1]["seed_sd"] is not None
+    means = {m: [np.mean([d["rouge1"] for d in s.values()]) for s in v] for m, v in grids.items()}
+    assert rows[1]["diff_seed_min"] == pytest.approx(min(means["a"]) - max(means["trunc"]))
+    assert rows[1]["diff_seed_max"] == pytest.approx(max(means["a"]) - min(means["trunc"]))
     assert "the methods differ over seeds" in sig.caption("trunc", "Trunc.", [1, 2, 3])
     assert "these trained checkpoints differ" in sig.caption("trunc", "Trunc.", [42])
 
@@ -125,3 +128,17 @@ def test_seed_spread_compares_with_the_cells_own_standard_error():
     text = sig.seed_spread(rows, "rouge1", "R-1")
     assert "a mean over 100 documents has a document standard error of 0.50, so one seed's shift is larger" in text
     assert sig.seed_spread([{**rows[0], "seed_sd": ""}], "rouge1", "R-1") == ""
+
+
+def test_seeds_agree_names_unmarked_cells_whose_every_seed_is_on_one_side():
+    def row(method, dataset, lo, hi, significant="False", metric="rouge1"):
+        return {"split": "test", "method": method, "dataset": dataset, "metric": metric, "significant": significant,
+                "diff_seed_min": lo, "diff_seed_max": hi}
+
+    rows = [row("sled", "9k", "0.5", "4.0"), row("sled", "30k", "1.0", "6.0"), row("mem", "9k", "-2.0", "3.0"),
+            row("sf", "9k", "-5.0", "-1.0"), row("unl", "9k", "2.0", "5.0", "True"), row("x", "9k", "", ""),
+            row("sled", "2k", "1.0", "2.0"), row("sled", "9k", "1.0", "2.0", metric="f1")]
+    text = sig.seeds_agree(rows, "rouge1", "R-1", {"sled": "SLED"}, {"9k": "9k", "30k": "30k"}, "trunc")
+    assert "R-1 above every trunc seed's: SLED (9k, 30k) and below every trunc seed's: sf (9k), yet unmarked" in text
+    assert "mem" not in text and "unl" not in text and "2k" not in text  # mixed, marked, other column
+    assert sig.seeds_agree(rows[2:3], "rouge1", "R-1", {}, {"9k": "9k"}, "trunc") == ""
