@@ -203,7 +203,7 @@ def render_table1_reading() -> str:
             f"{seed_spread(rows, 'rouge1', LABELS['rouge1'])} Higher on both scores and both columns: "
             f"{'; '.join(groups['higher']) or 'none'}. Lower on all four: {'; '.join(groups['lower']) or 'none'}. "
             f"Neither (some difference not shown, or mixed): {'; '.join(groups['mixed']) or 'none'}."
-            + seeds_agree(rows, "rouge1", LABELS["rouge1"], spec["method_labels"], cols, "truncation"))
+            + seeds_agree(rows, "rouge1", LABELS["rouge1"], spec["method_labels"], cols, spec["baseline"]))
 
 
 def render_table_qa_reading(sub: str = "") -> str:

@@ -44,16 +44,14 @@ def restate_rows(rows: list[dict[str, Any]], family: str = FAMILY) -> list[dict[
     for r in rows:
         for k in ("ci_method", "test_method", "seed_sd", "doc_sd", "family"):
             r.setdefault(k, None)
-        if not r["n_docs"] or r["ours"] is None:
-            pass
-        elif r["metric"] in SHARES and r["n_seeds"] == 1:
-            ci = proportion_ci(round(r["ours"] * r["n_docs"] / 100), r["n_docs"], 100.0)
+        n, mean = r["n_docs"], r["ours"]
+        if n and mean is not None and r["metric"] in SHARES and r["n_seeds"] == 1:
+            ci = proportion_ci(round(mean * n / 100), n, 100.0)
             r.update(ci_low=ci.low, ci_high=ci.high, ci_method=ci.method)
-        elif r["metric"] in BOUNDED and r["ours"] in (0.0, 100.0) and r["ci_low"] == r["ci_high"] == r["ours"]:
-            # a bounded mean at its end is every document there; no spread seen, the documents bound it
-            ci = proportion_ci(r["n_docs"] if r["ours"] else 0, r["n_docs"], 100.0)
-            r.update(ci_low=ci.low, ci_high=ci.high,
-                     ci_method=ci.method if r["metric"] in SHARES else "exact bound")
+        elif n and r["metric"] in BOUNDED and mean in (0.0, 100.0) and r["ci_low"] == r["ci_high"] == mean:
+            # a bounded mean at its end is every document there: no spread seen, the documents bound it
+            ci = proportion_ci(n if mean else 0, n, 100.0)
+            r.update(ci_low=ci.low, ci_high=ci.high, ci_method=ci.method if r["metric"] in SHARES else "exact bound")
         r.update(p_holm=None, significant=None, family=None)
     tested = [r for r in rows if r["split"] == family and r["p_value"] is not None]
     for r, adjusted in zip(tested, holm([r["p_value"] for r in tested]) if tested else []):

@@ -324,9 +324,10 @@ def seeds_agree(rows: list[dict[str, str]], metric: str, label: str, names: dict
                 columns: dict[str, str], baseline: str) -> str:
     """The unmarked test cells of ``metric`` whose every seed sits above (or below) every seed of the
     baseline: the seeds agree, yet the test over seeds and documents did not show a difference after the
-    correction (three seeds leave it few degrees of freedom). '' where there are none. ``names``: method
+    correction (a few seeds leave it few degrees of freedom). '' where there are none. ``names``: method
     labels; ``columns``: the datasets to read, with their labels."""
     found: dict[str, dict[str, list[str]]] = {"above": {}, "below": {}}
+    seeds = set()
     for r in rows:
         if (r["split"] != "test" or r["metric"] != metric or r["dataset"] not in columns
                 or r.get("significant") == "True" or r.get("diff_seed_min") in (None, "")):
@@ -334,10 +335,11 @@ def seeds_agree(rows: list[dict[str, str]], metric: str, label: str, names: dict
         side = "above" if float(r["diff_seed_min"]) > 0 else "below" if float(r["diff_seed_max"]) < 0 else ""
         if side:
             found[side].setdefault(names.get(r["method"], r["method"]), []).append(columns[r["dataset"]])
+            seeds.add(str(r.get("n_seeds") or "several"))
     said = [f"{side} every {baseline} seed's: " + "; ".join(f"{m} ({', '.join(c)})" for m, c in got.items())
             for side, got in found.items() if got]
-    return (f" Every seed's {label} {' and '.join(said)}, yet unmarked: three seeds agree, the test over seeds "
-            "and documents could not show it after the correction." if said else "")
+    return (f" Every seed's {label} {' and '.join(said)}, yet unmarked: {'/'.join(sorted(seeds))} seeds agree, the "
+            "test over seeds and documents could not show it after the correction." if said else "")
 
 
 def seed_spread(rows: list[dict[str, str]], metric: str, label: str) -> str:

@@ -133,12 +133,12 @@ def test_seed_spread_compares_with_the_cells_own_standard_error():
 def test_seeds_agree_names_unmarked_cells_whose_every_seed_is_on_one_side():
     def row(method, dataset, lo, hi, significant="False", metric="rouge1"):
         return {"split": "test", "method": method, "dataset": dataset, "metric": metric, "significant": significant,
-                "diff_seed_min": lo, "diff_seed_max": hi}
+                "diff_seed_min": lo, "diff_seed_max": hi, "n_seeds": "3"}
 
     rows = [row("sled", "9k", "0.5", "4.0"), row("sled", "30k", "1.0", "6.0"), row("mem", "9k", "-2.0", "3.0"),
             row("sf", "9k", "-5.0", "-1.0"), row("unl", "9k", "2.0", "5.0", "True"), row("x", "9k", "", ""),
             row("sled", "2k", "1.0", "2.0"), row("sled", "9k", "1.0", "2.0", metric="f1")]
     text = sig.seeds_agree(rows, "rouge1", "R-1", {"sled": "SLED"}, {"9k": "9k", "30k": "30k"}, "trunc")
-    assert "R-1 above every trunc seed's: SLED (9k, 30k) and below every trunc seed's: sf (9k), yet unmarked" in text
+    assert "R-1 above every trunc seed's: SLED (9k, 30k) and below every trunc seed's: sf (9k), yet unmarked: 3 seeds agree" in text
     assert "mem" not in text and "unl" not in text and "2k" not in text  # mixed, marked, other column
     assert sig.seeds_agree(rows[2:3], "rouge1", "R-1", {}, {"9k": "9k"}, "trunc") == ""
