@@ -286,6 +286,7 @@ def test_smoke_profile_runs_the_grid_and_renders_it(tmp_path):
             assert r["ci_low"] == r["ci_high"] == r["ours"], r
         elif r["ours"] == "0.0":
             assert r["ci_method"] == "exact bound" and float(r["ci_high"]) == pytest.approx(97.5), r
+    assert any(r["ci_method"] == "exact bound" for r in ours), "the smoke model scores 0 somewhere: a bound is shown"
     assert "Provenance: 3 runs; commit " in md and "torch threads; CPU heap: " in md and "; wall time " in md
     facts = [r for r in ours if r["metric"] == "fact_recall"]
     assert facts and all(r["ours"] != "" for r in facts), "fact recall is scored on the synthetic columns"
