@@ -123,15 +123,16 @@ def _row(method: str, variant: str, fit: dict[str, Any]) -> dict[str, Any]:
 
 
 def compare(rows: list[dict[str, Any]], old: str = "before", new: str = "after") -> list[dict[str, Any]]:
-    """Per method and length: the overhead of ``old`` and ``new`` (the ``*_before``/``*_after`` keys), and by
-    how much it fell."""
+    """Per method and length: the overhead of ``old`` and ``new`` (the ``*_before``/``*_after`` keys, whichever
+    variants they are: each row's ``variants`` names them), and by how much it fell."""
     by = {(r["method"], r["tokens"] // 64, r["variant"]): r for r in rows}  # lengths match to within 64 tokens
     out = []
     for (method, bucket, variant), before in by.items():
         after = by.get((method, bucket, new))
         if variant != old or after is None:
             continue
-        out.append({"method": method, "tokens": after["tokens"], "overhead_before_s": before["overhead_s"],
+        out.append({"method": method, "tokens": after["tokens"], "variants": [old, new],
+                    "overhead_before_s": before["overhead_s"],
                     "overhead_after_s": after["overhead_s"], "share_before": before["overhead_share"],
                     "share_after": after["overhead_share"],
                     "fell_x": before["overhead_s"] / after["overhead_s"] if after["overhead_s"] > 0 else None,

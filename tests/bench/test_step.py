@@ -20,7 +20,7 @@ def test_two_variants_pair_at_each_length_old_first():
             _row("sled", "compiled", 4640, 0.8, 0.01, 3777), _row("sled", "compiled", 580, 0.09, 0.006, 3790)]
     pairs = step.compare(rows, "after", "compiled")
     assert [(c["tokens"], c["ops_before"], c["ops_after"]) for c in pairs] == [(4640, 5556, 3777), (580, 5566, 3790)]
-    assert pairs[0]["fell_x"] == pytest.approx(2.0)
+    assert pairs[0]["fell_x"] == pytest.approx(2.0) and all(c["variants"] == ["after", "compiled"] for c in pairs)
     assert step.compare(rows) == []  # no "before" rows: nothing to set against "after"
     doc = {"backbone": "tiny_bart_reader", "data": "synthetic", "torch_threads": 1, "machine": "cpu", "when": "today",
            "variants": ["after", "compiled"], "rows": rows, "comparison": pairs}
