@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from scaleformer.bench import batched_eval
+from scaleformer.bench import batched_eval, floor
 
 
 def test_the_benchmark_writes_its_results(tmp_path, capsys):
@@ -19,8 +19,11 @@ def test_the_benchmark_writes_its_results(tmp_path, capsys):
     assert {(r["beams"], r["batch"]) for r in rows} == {(b, n) for b in (1, 4) for n in batched_eval.SIZES}
     assert all(r["same_summaries"] and r["docs_per_s"] > 0 and r["timed"] == 1 for r in rows)
     assert [(s["method"], s["beams"]) for s in result["speedups"]] == [("sled", 1), ("sled", 4)]
+    # forced tokens: a read floor per row, under the pass it is part of; the bound with it is the tighter
+    assert all(0 < r["read_floor_s"] < r["pass_s"] for r in rows) and result["bandwidth"]["gb_per_s"] > 0
+    assert all(0 < s["read_bound"] < s["encoder_bound"] for s in result["speedups"])
     md = (tmp_path / "batched-eval-cpu.md").read_text()
-    assert md.count("| sled |") == len(rows) + 2 and "speed-up" in md
+    assert md.count("| sled |") == len(rows) + 2 and "speed-up" in md and "GB/s" in md
 
 
 def test_ledgers_are_distinct_test_documents():
@@ -39,6 +42,27 @@ def test_eos_stopping_one_beam_count_and_a_tag(tmp_path):
     assert s["encoder_bound"] == result["rows"][0]["pass_s"] / next(
         r["encode_s"] for r in result["rows"] if r["batch"] == s["best_batch"])
     assert "each stopping at its end of sequence" in (tmp_path / "batched-eval-cpu-eos.md").read_text()
+    # no fixed token count, so no read floor (a batch runs as long as its longest summary)
+    assert result["bandwidth"] is None and s["read_bound"] is None
+    assert all(r["read_floor_s"] is None for r in result["rows"])
+
+
+def test_the_read_floor_shares_the_weights_not_a_documents_keys_and_values():
+    s = batched_eval.summarizer("truncation", 1, 4)
+    model, bw, k = s.model.backbone, 1e9, 4
+    weights = floor.weight_bytes(model, 1)["total"]  # one sequence per step: one embedding row
+    alone = batched_eval.read_floor_s(s, [[700], [300]], k, bw)
+    together = batched_eval.read_floor_s(s, [[700, 300]], k, bw)
+    # apart, each of the k steps reads the weights twice; together once (plus a second embedding row)
+    rows_2 = floor.weight_bytes(model, 2)["total"]
+    assert alone - together == pytest.approx(k * (2 * weights - rows_2) / bw, rel=1e-9)
+    # keys and values: 2 x layers x states x width x 4 bytes per step, the same in both
+    layers, width = floor.decoder_dims(model.config)
+    assert together > k * 2 * layers * 1000 * width * 4 / bw
+    four = batched_eval.summarizer("truncation", 4, 4)
+    # beams read the document's keys/values once; only their own self-attention caches and rows add
+    assert batched_eval.read_floor_s(four, [[1000]], k, bw) - batched_eval.read_floor_s(s, [[1000]], k, bw) \
+        < k * 2 * layers * 1000 * width * 4 / bw
 
 
 def test_a_changed_summary_shows_with_its_beam_score_gap():
