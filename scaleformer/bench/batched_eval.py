@@ -80,39 +80,37 @@ def summarizer(method: str, beams: int, new_tokens: int, forced: bool = True) ->
     return Summarizer(model, prep.tokenizer, gen)
 
 
-def encode_pass(s: Summarizer, ids: list[list[int]], size: int) -> list[list[int]]:
+def encode_pass(s: Summarizer, ids: list[list[int]], size: int) -> list[torch.Tensor]:
     """The encoder's share of a pass: every batch of ``size`` encoded as the Summarizer's would be.
-    Returns each batch's real states per document (what its decoder cross-attends to)."""
-    states = []
+    Returns each batch's encoder mask ``[batch, T]`` (what its decoder cross-attends to; read only outside
+    the timed passes)."""
     with torch.no_grad():
-        for idx in length_sorted_batches([len(d) for d in ids], size):
-            enc = s.model.encode(*s.padded([ids[i] for i in idx]), training=False)
-            states.append(enc.mask.sum(1).tolist())  # [batch]
-    return states
+        return [s.model.encode(*s.padded([ids[i] for i in idx]), training=False).mask
+                for idx in length_sorted_batches([len(d) for d in ids], size)]
 
 
-def read_floor_s(s: Summarizer, states: list[list[int]], new_tokens: int, bandwidth: float) -> float:
-    """Seconds a pass's decoding cannot beat at ``bandwidth`` bytes/s: per batch (``states``: its
-    documents' real encoder states), ``new_tokens`` steps, each reading the decoder's weights once, every
-    document's cross-attention keys/values once (beams share them) and the beams' self-attention cache at
-    the mean decoded length (:mod:`scaleformer.bench.floor`)."""
+def read_floor_s(s: Summarizer, masks: list[torch.Tensor], new_tokens: int, bandwidth: float) -> float:
+    """Seconds a pass's decoding cannot beat at ``bandwidth`` bytes/s: per batch (``masks``: its encoder
+    mask ``[batch, T]``), ``new_tokens`` steps, each reading the decoder's weights once, every document's
+    cross-attention keys/values over its real states once (beams share them) and the beams' self-attention
+    cache at the mean decoded length (:mod:`scaleformer.bench.floor`)."""
     model, beams = s.model.backbone, s.generation.num_beams
     elem = next(model.parameters()).element_size()
     total = 0.0
-    for docs in states:
-        rows = len(docs) * beams
-        step = (weight_bytes(model, rows)["total"] + kv_bytes(model.config, sum(docs), elem)
+    for mask in masks:
+        rows = mask.shape[0] * beams
+        step = (weight_bytes(model, rows)["total"] + kv_bytes(model.config, int(mask.sum()), elem)
                 + kv_bytes(model.config, (new_tokens + 1) / 2, elem, rows))
         total += new_tokens * step
     return total / bandwidth
 
 
-Passes = tuple[list[float], list[float], list[str], list[list[int]]]
+Passes = tuple[list[float], list[float], list[str], list[torch.Tensor]]
 
 
 def timed_passes(s: Summarizer, docs: list[str], sizes: Sequence[int], repeats: int) -> dict[int, Passes]:
     """Per batch size: seconds of ``repeats`` passes over ``docs`` (after an untimed one), of as many
-    encoder-only passes, its summaries and its batches' encoder states per document. The sizes take turns
+    encoder-only passes, its summaries and its batches' encoder masks. The sizes take turns
     within each repetition, so the machine's drift falls on all of them alike."""
     ids = [s.token_ids(t) for t in docs]
     out: dict[int, Passes] = {}
@@ -160,12 +158,12 @@ def measure(methods: Sequence[str], n_docs: int = 32, beams: Sequence[int] = (1,
             s = summarizer(method, b, new_tokens, forced)
             passes = timed_passes(s, docs, sizes, repeats)
             alone = passes[sizes[0]][2]
-            for size, (times, enc_times, out, states) in passes.items():
+            for size, (times, enc_times, out, masks) in passes.items():
                 p25, med, p75 = cost_fit.quartiles([n_docs / t for t in times])
                 differ = [i for i, (x, y) in enumerate(zip(out, alone)) if x != y]
                 rows.append({"method": method, "beams": b, "batch": size, "docs_per_s": med, "docs_per_s_iqr": p75 - p25,
                              "pass_s": cost_fit.quartiles(times)[1], "encode_s": cost_fit.quartiles(enc_times)[1],
-                             "read_floor_s": read_floor_s(s, states, new_tokens, bandwidth["bytes_per_s"])
+                             "read_floor_s": read_floor_s(s, masks, new_tokens, bandwidth["bytes_per_s"])
                              if bandwidth else None,
                              "timed": len(times), "same_summaries": not differ,
                              "summary_tokens_mean": sum(len(s.tokenizer(x, add_special_tokens=False)["input_ids"]) for x in out) / n_docs,

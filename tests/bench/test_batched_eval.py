@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+import torch
 
 from scaleformer.bench import batched_eval, floor
 
@@ -51,8 +52,11 @@ def test_the_read_floor_shares_the_weights_not_a_documents_keys_and_values():
     s = batched_eval.summarizer("truncation", 1, 4)
     model, bw, k = s.model.backbone, 1e9, 4
     weights = floor.weight_bytes(model, 1)["total"]  # one sequence per step: one embedding row
-    alone = batched_eval.read_floor_s(s, [[700], [300]], k, bw)
-    together = batched_eval.read_floor_s(s, [[700, 300]], k, bw)
+    def masks(*batches):  # encoder masks [batch, T] with these real states per document
+        return [torch.tensor([[1] * n + [0] * (max(b) - n) for n in b]) for b in batches]
+
+    alone = batched_eval.read_floor_s(s, masks([700], [300]), k, bw)
+    together = batched_eval.read_floor_s(s, masks([700, 300]), k, bw)
     # apart, each of the k steps reads the weights twice; together once (plus a second embedding row)
     rows_2 = floor.weight_bytes(model, 2)["total"]
     assert alone - together == pytest.approx(k * (2 * weights - rows_2) / bw, rel=1e-9)
@@ -61,7 +65,7 @@ def test_the_read_floor_shares_the_weights_not_a_documents_keys_and_values():
     assert together > k * 2 * layers * 1000 * width * 4 / bw
     four = batched_eval.summarizer("truncation", 4, 4)
     # beams read the document's keys/values once; only their own self-attention caches and rows add
-    assert batched_eval.read_floor_s(four, [[1000]], k, bw) - batched_eval.read_floor_s(s, [[1000]], k, bw) \
+    assert batched_eval.read_floor_s(four, masks([1000]), k, bw) - batched_eval.read_floor_s(s, masks([1000]), k, bw) \
         < k * 2 * layers * 1000 * width * 4 / bw
 
 
