@@ -112,6 +112,12 @@ class DataConfig:
     splits: SplitNames = field(default_factory=SplitNames)
     # None keeps the whole input (BookSum); GovReport uses 16384 as in the paper.
     max_input_tokens: int | None = None
+    # Training inputs only are cut to this (null: as max_input_tokens); evaluation reads them whole. The lineage
+    # trains inputs longer than this cut and evaluates them whole (unlimiformer README, "Tips for very large inputs").
+    max_train_input_tokens: int | None = None
+    # Queries longer than this are cut to it (SLED configs/data/*.json max_prefix_length); a chunked method's
+    # window shrinks, where needed, so that query + chunk fits the backbone (scaleformer.methods.chunked).
+    max_prefix_tokens: int | None = None
     max_target_tokens: int = 512
     max_train_examples: int | None = None
     max_eval_examples: int | None = runtime(None)
@@ -129,6 +135,19 @@ class DataConfig:
     synthetic_events: list[int] = field(default_factory=lambda: [6, 9])
     # summary: the ledger's events as the reference; qa: a question about one event (its count).
     synthetic_task: str = "summary"
+    # Training epochs of the lineage's recipe for this data set (SLED configs/data/*.json num_train_epochs):
+    # trainer=paper trains this many; 10, its summarization sets', where an option states none (your own data).
+    # A budget, as trainer.max_steps: out of the training identity.
+    epochs: int | None = runtime(10)
+    # Where the data files are: the URL (or local folder) data_files interpolate, so a local mirror with the
+    # source's own layout replaces the hub through the same loader (scaleformer/data/mirrors.py).
+    files_base: str | None = runtime(None)
+    # Documents per split in the release this option stands for, checked when a split is read whole: another
+    # count is logged and recorded (e.g. an original release against SCROLLS' split sizes).
+    expected_docs: dict[str, int] = runtime(factory=dict)
+    # Who scores a split whose references are hidden: "scrolls:<task>" writes SCROLLS' prediction file for
+    # <task> beside the predictions (tables mark such a cell "leaderboard"); null: nobody here.
+    leaderboard: str | None = runtime(None)
     batch_size: int = 1
     # Documents decoded together at evaluation, longest first (null: as many as the memory model says fit
     # the device, scaleformer.model.batching). A document's tokens do not depend on it (tested).
@@ -149,6 +168,9 @@ class DataConfig:
         if self.source == "local":
             check(bool(self.path), "data.path", self.path, "required when data.source=local")
         _positive("data.max_input_tokens", self.max_input_tokens, allow_none=True)
+        _positive("data.max_train_input_tokens", self.max_train_input_tokens, allow_none=True)
+        _positive("data.max_prefix_tokens", self.max_prefix_tokens, allow_none=True)
+        _positive("data.epochs", self.epochs, allow_none=True)
         _positive("data.max_target_tokens", self.max_target_tokens)
         _positive("data.max_train_examples", self.max_train_examples, allow_none=True)
         _positive("data.max_eval_examples", self.max_eval_examples, allow_none=True)
@@ -173,6 +195,13 @@ class DataConfig:
               "must be rouge, f1 or exact_match")
         check(self.synthetic_task in ("summary", "qa"), "data.synthetic_task", self.synthetic_task,
               "must be summary or qa")
+        for split, n in self.expected_docs.items():
+            check(split in ("train", "validation", "test"), "data.expected_docs", split,
+                  "keys must be train, validation or test")
+            check(isinstance(n, int) and n > 0, f"data.expected_docs.{split}", n, "must be an integer > 0")
+        lb = self.leaderboard
+        check(lb is None or (lb.startswith("scrolls:") and len(lb) > len("scrolls:")), "data.leaderboard", lb,
+              "must be null or scrolls:<task> (e.g. scrolls:gov_report)")
         ev = self.synthetic_events
         check(len(ev) == 2 and 1 <= ev[0] <= ev[1], "data.synthetic_events", ev, "must be [min, max], 1 <= min <= max")
 
@@ -206,6 +235,9 @@ class OptimConfig:
     lr: float = 5e-5
     weight_decay: float = 0.01
     warmup_steps: int = 0
+    # The share of the optimiser steps spent warming up (the lineage's warmup_ratio 0.1); set, it takes the
+    # place of warmup_steps (the steps follow from the data and the epochs).
+    warmup_ratio: float | None = None
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
     # A non-finite (NaN/inf) training loss stops the run with an error naming the step; true logs a
@@ -219,6 +251,8 @@ class OptimConfig:
         _positive("optim.lr", self.lr)
         check(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "must be >= 0")
         check(self.warmup_steps >= 0, "optim.warmup_steps", self.warmup_steps, "must be >= 0")
+        check(self.warmup_ratio is None or 0 <= self.warmup_ratio < 1, "optim.warmup_ratio", self.warmup_ratio,
+              "must be in [0, 1) (a share of the optimiser steps) or null")
 
 
 # Lightning precision strings; "auto" (ours) picks bf16-mixed on GPUs that have it, else 32-true.
@@ -272,6 +306,13 @@ class TrainerConfig:
     validation: str = "paper"
     validation_max_new_tokens: int = 128  # "greedy" only
     VALIDATIONS: ClassVar[tuple[str, ...]] = ("paper", "greedy", "loss")
+    # The weights evaluated and exported: "last", or "best", the checkpoint that scored best at validation during
+    # fit (the task's metric on the validation split; the lineage's load_best_model_at_end). Which weights are
+    # read, not how they train: in the evaluation identity (scaleformer.runs.selection).
+    select: str = runtime("last")
+    SELECTS: ClassVar[tuple[str, ...]] = ("last", "best")
+    # Stop after this many validations without a better score (null: never): a budget, as max_steps.
+    early_stopping_patience: int | None = runtime(None)
     # Lightning Trainer arguments this schema does not name, passed through unchanged.
     extra: dict[str, Any] = field(default_factory=dict)
     # Of those, the ones that change neither the weights nor the run's name (out of the training identity).
@@ -300,6 +341,11 @@ class TrainerConfig:
             check(s in ("validation", "test"), "trainer.eval_splits", s, "entries must be validation or test")
         check(self.validation in self.VALIDATIONS, "trainer.validation", self.validation,
               f"must be one of {', '.join(self.VALIDATIONS)} (paper: the paper's protocol)")
+        check(self.select in self.SELECTS, "trainer.select", self.select, f"must be one of {', '.join(self.SELECTS)}")
+        _positive("trainer.early_stopping_patience", self.early_stopping_patience, allow_none=True)
+        check(not (self.do_train and self.max_steps == -1 and self.max_epochs is None), "trainer.max_steps", self.max_steps,
+              "is -1 (no step limit) and trainer.max_epochs is null: set a budget (trainer.max_epochs, data.epochs with "
+              "trainer=paper, or trainer.max_steps)")
         _positive("trainer.validation_max_new_tokens", self.validation_max_new_tokens)
 
 

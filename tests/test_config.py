@@ -112,7 +112,7 @@ def test_trainer_passes_unnamed_lightning_arguments_through():
     rc = to_config(compose(["trainer=paper", "trainer.strategy=ddp", "trainer.num_nodes=2",
                             "+trainer.deterministic=true"]))
     assert rc.trainer.extra == {"strategy": "ddp", "num_nodes": 2, "deterministic": True}
-    assert rc.trainer.max_steps == 20000
+    assert (rc.trainer.max_steps, rc.trainer.max_epochs) == (-1, 10)  # the budget in epochs (data.epochs)
 
 
 def test_scaleformer_middle_inherits_scaleformer():

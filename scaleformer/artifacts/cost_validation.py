@@ -4,8 +4,10 @@ Everything is read from the paper profile's composed config (``trainer.*``, ``da
 
 - validations: Lightning counts ``trainer.val_check_interval`` (an int) in training micro-batches, not
   optimiser steps, so a run of ``max_steps x accumulate_grad_batches`` micro-batches validates
-  ``micro-batches // val_check_interval`` times (``check_val_every_n_epoch: null``). A fraction of an epoch, or
-  validation per epoch, depends on the training set's size: not derived, and the total is then unknown;
+  ``micro-batches // val_check_interval`` times (``check_val_every_n_epoch: null``). A fraction ``f`` of an epoch
+  (the paper profile's 0.5) validates every ``int(n x f)`` of an epoch's ``n`` micro-batches, ``n // int(n x f)``
+  times an epoch, when the training set's size is known (``paper_train_docs``); else the total is unknown.
+  Early stopping can only end a run sooner: the count is an upper bound;
 - documents each time: ``trainer.limit_val_batches`` (an int counts documents, the split's first, whatever
   the evaluation batch: :func:`scaleformer.runs.trainer.validation_docs`), at most ``data.max_eval_examples``
   and the validation split's size where the spec gives it (``paper_eval_docs: {<column>: {validation: n,
@@ -27,9 +29,11 @@ def _count(x: Any) -> int | None:
     return x if isinstance(x, int) and not isinstance(x, bool) else None
 
 
-def validation_plan(t: Any, data: Any, micro_batches: int, split_docs: int | None = None) -> dict[str, Any]:
-    """The validations of a run (``t``: the composed trainer group, ``data``: the data group): their number,
-    documents, mode, and a sentence saying where each number comes from."""
+def validation_plan(t: Any, data: Any, micro_batches: int, split_docs: int | None = None,
+                    epoch_batches: int | None = None) -> dict[str, Any]:
+    """The validations of a run (``t``: the composed trainer group, ``data``: the data group; ``epoch_batches``:
+    micro-batches an epoch, where the training set's size is known): their number, documents, mode, and a
+    sentence saying where each number comes from."""
     mode = str(t.get("validation", TrainerConfig.validation))
     cap = int(t.get("validation_max_new_tokens", TrainerConfig.validation_max_new_tokens))
     every, limit = t.get("val_check_interval"), t.get("limit_val_batches")
@@ -42,6 +46,14 @@ def validation_plan(t: Any, data: Any, micro_batches: int, split_docs: int | Non
     if _count(every) and t.get("check_val_every_n_epoch") is None:
         rounds: int | None = micro_batches // every
         said.append(f"trainer.val_check_interval={every:,} micro-batches in {micro_batches:,}: {rounds} validations")
+    elif isinstance(every, float) and 0 < every <= 1 and epoch_batches:
+        gap = max(1, int(epoch_batches * every))
+        per_epoch = epoch_batches // gap
+        rounds = per_epoch * (micro_batches // epoch_batches)
+        said.append(f"trainer.val_check_interval={every} of an epoch's {epoch_batches:,} micro-batches: every {gap:,}, "
+                    f"{per_epoch} an epoch, {rounds} validations"
+                    + (f" at most (early stopping after {t.get('early_stopping_patience')} without a better score)"
+                       if t.get("early_stopping_patience") else ""))
     else:
         rounds = None
         said.append(f"trainer.val_check_interval={every} (check_val_every_n_epoch="

@@ -92,9 +92,12 @@ def step_factor(step: dict[str, Any], paper: float, warmup: dict[str, Any], line
     return (rest + k * per_token * paper) / (rest + k * per_token * n)
 
 
-def measured(result: Any, paper_cap: int | None = None, run: str | None = None) -> dict[str, Any] | None:
+def measured(result: Any, paper_cap: int | None = None, run: str | None = None,
+             train_cap: int | None = None) -> dict[str, Any] | None:
     """One cell's costs from its ``metrics.json``, at the measured length and at the paper's (its documents'
-    own length, capped at the paper profile's ``data.max_input_tokens``); None when nothing was measured.
+    own length, capped at the paper profile's ``data.max_input_tokens``; training also at its
+    ``data.max_train_input_tokens``, ``train_cap``: BookSum trains on 16,384 tokens of each book and is
+    evaluated whole); None when nothing was measured.
 
     A steady-state record (groups of warm-up and timed micro-batches at two lengths or more) is read through
     :mod:`scaleformer.runs.cost_fit`; a single-step record of the earlier probe by scaling its one timed
@@ -115,8 +118,9 @@ def measured(result: Any, paper_cap: int | None = None, run: str | None = None) 
         tokens = statistics.mean(s["input_tokens"] for s in timed)
     full = document_tokens(result) or tokens
     paper = min(full, paper_cap) if paper_cap else full
+    trains = min(paper, train_cap) if train_cap else paper
     scale = paper / tokens if linear else 1.0
-    training = cost_fit.summary(cost, paper, train_linear) if steady else _single_step(steps, paper, train_linear)
+    training = cost_fit.summary(cost, trains, train_linear) if steady else _single_step(steps, trains, train_linear)
     gen = cost.get("generate") or []
     docs = sum(int(m.get("n_examples") or 0) for m in result.splits.values())
     # the tokens evaluation read (after the dry run's truncation), per document
@@ -135,7 +139,7 @@ def measured(result: Any, paper_cap: int | None = None, run: str | None = None) 
     peaks = [_at(g, gen_scale) for g in gen if g.get("mem_peak_bytes") is not None]
     return {
         "device": cost.get("device", "cpu"), "precision": cost.get("precision"), "memory": cost.get("memory"),
-        "tokens": round(tokens), "paper_tokens": round(paper), "scale": round(scale, 3),
+        "tokens": round(tokens), "paper_tokens": round(paper), "train_tokens": round(trains), "scale": round(scale, 3),
         "length_scaling": "linear" if linear else "bounded",
         "train_length_scaling": "linear" if train_linear else "bounded", **training,
         "gen_s_doc": gen_s, "gen_peak_gb": max(peaks) / GB if peaks else None,
@@ -172,21 +176,42 @@ def paper_cells(spec: dict[str, Any]) -> dict[tuple[Any, ...], Cell]:
 def paper_plan(spec: dict[str, Any], cell: Cell, paper: dict[tuple[Any, ...], Cell] | None = None
                ) -> dict[str, Any] | None:
     """The paper profile's training and evaluation sizes for a dry-run cell, from its composed config
-    (``paper``: :func:`paper_cells`, expanded once per table)."""
+    (``paper``: :func:`paper_cells`, expanded once per table). A budget in epochs (``trainer.max_steps=-1``,
+    ``max_epochs`` from ``data.epochs``) needs the training set's size: the dry run's ``paper_train_docs``
+    (training rows of the paper's data, per column); without it the micro-batches are unknown."""
     same = (paper_cells(spec) if paper is None else paper).get((cell.key, cell.method, cell.value))
     if same is None:
         return None
     cfg = compose_config(same.overrides)
     t = cfg.trainer
-    micro = int(t.max_steps) * int(t.accumulate_grad_batches)
-    docs = check_profile(spec, "dryrun").get("paper_eval_docs", 0)
-    docs = docs.get(cell.key, 0) if isinstance(docs, dict) else docs
+    dry = check_profile(spec, "dryrun")
+    accumulate, batch = int(t.accumulate_grad_batches), int(cfg.data.get("batch_size") or 1)
+    plan: dict[str, Any] = {"accumulate": accumulate, "max_input_tokens": cfg.data.get("max_input_tokens"),
+                            "max_train_input_tokens": cfg.data.get("max_train_input_tokens")}
+    epoch_batches = None
+    if int(t.max_steps) == -1:  # a budget in epochs
+        rows = _per_column(dry.get("paper_train_docs"), cell.key)
+        epochs = int(t.max_epochs)
+        epoch_batches = -(-int(rows) // batch) if rows else None
+        micro = epochs * epoch_batches if epoch_batches else None
+        plan.update(epochs=epochs, train_docs=rows, micro_batches=micro,
+                    steps=None if micro is None else -(-micro // accumulate),
+                    early_stopping_patience=t.get("early_stopping_patience"))
+    else:
+        micro = int(t.max_steps) * accumulate
+        plan.update(steps=int(t.max_steps), micro_batches=micro)
+    docs = _per_column(dry.get("paper_eval_docs", 0), cell.key) or 0
     # a column's documents: a number (validation + test), or per split ({validation: n, test: m})
     split = docs.get("validation") if isinstance(docs, dict) else None
     eval_docs = int(sum(docs.values()) if isinstance(docs, dict) else docs)
-    return {"steps": int(t.max_steps), "accumulate": int(t.accumulate_grad_batches), "micro_batches": micro,
-            **validation_plan(t, cfg.data, micro, split), "eval_docs": eval_docs,
-            "max_input_tokens": cfg.data.get("max_input_tokens")}
+    return {**plan, **validation_plan(t, cfg.data, micro or 0, split, epoch_batches), "eval_docs": eval_docs}
+
+
+def _per_column(value: Any, key: str) -> Any:
+    """A spec's per-column value (``{column: n}``), or one for every column (a number, or per split:
+    ``{validation: n, test: m}``)."""
+    per_split = isinstance(value, dict) and set(value) <= {"validation", "test"}
+    return value.get(key) if isinstance(value, dict) and not per_split else value
 
 
 def gpu_basis(artifact: str, folder: Path) -> dict[str, Any] | None:
@@ -216,10 +241,15 @@ def estimate(m: dict[str, Any], plan: dict[str, Any] | None, method: str = "",
     the MFU range, the source stated either way."""
     if plan is None or m["step_s"] is None:
         return {"total_s": None, "arithmetic": "no paper profile" if plan is None else "no timed step"}
+    if plan.get("micro_batches") is None:  # a budget in epochs of a training set of unknown size
+        return {"total_s": None, "arithmetic": f"{plan.get('epochs')} epochs of a training set of unknown size "
+                "(the dry run's paper_train_docs names none for this column)"}
     train = plan["micro_batches"] * m["step_s"]
     gen = plan["eval_docs"] * (m["gen_s_doc"] or 0.0)
     val = validation_cost(m, plan)
-    head = f"{plan['steps']:,} steps x {plan['accumulate']} micro-batches x {secs(m['step_s'])} s"
+    head = (f"{plan['epochs']} epochs x {plan['train_docs']:,} documents x {secs(m['step_s'])} s"
+            + (" (an upper bound: early stopping may end sooner)" if plan.get("early_stopping_patience") else "")
+            if plan.get("epochs") else f"{plan['steps']:,} steps x {plan['accumulate']} micro-batches x {secs(m['step_s'])} s")
     tail = f"{plan['eval_docs']:,} evaluation docs x {secs(m['gen_s_doc'] or 0)} s"
     if val["val_s"] is None:  # a validation count or cost the config does not determine: unknown, not zero
         return {"total_s": None, "train_s": train, "gen_s": gen, **val, "val_share": None,
@@ -258,7 +288,7 @@ def cost_rows(spec: dict[str, Any], profile: str, cells: list[Cell], got: Any,
                          "not_measured": why, "arithmetic": f"not measured: run {c.run_id}, {why}"})
             continue
         plan = paper_plan(spec, c, paper)
-        m = measured(r, plan and plan["max_input_tokens"], c.run_id)
+        m = measured(r, plan and plan["max_input_tokens"], c.run_id, plan and plan.get("max_train_input_tokens"))
         rows.append({"method": c.method, "column": where, "run_id": c.run_id, **m, "plan": plan,
                      **estimate(m, plan, c.method, basis)})
     return rows

@@ -81,7 +81,7 @@ def restate(spec: dict[str, Any], profile: str, out_dir: Path) -> dict[str, Path
                 "every document its exact bound; every other interval and every p-value is as its runs computed "
                 "them (BCa, at most 10,000 random sign patterns).")
     old = md_path.read_text().splitlines() if md_path.exists() else []
-    source = next((line for line in old if line.startswith("Provenance:")), "")
+    source = "\n".join(line for line in old if line.startswith(("Provenance:", "Test columns:", "BERTScore:")))
     md = render_markdown(spec, rows, [], profile, source).splitlines()
     md[3:3] = ["", note]
     return {"md": atomic_write_text(md_path, "\n".join(md) + "\n"),

@@ -109,8 +109,10 @@ def table_rows(spec: dict[str, Any], cells: list[Cell], got: Collected, metrics:
             results = [got.results.get((g.key, g.method, None, g.seed)) for g in group]
             paper = (spec["paper"].get(split_label, {}).get(method, {}) or {}).get(key)
             ms = [(r.splits.get(split) or {}) if r else {} for r in results]
+            board = next((m["leaderboard"] for m in ms if isinstance(m.get("leaderboard"), dict)), None)
             status = ("not run (method not implemented)" if not c.available
                       else "missing" if any(r is None for r in results)
+                      else f"leaderboard ({board.get('name')}: {board.get('file')})" if board
                       else "no references (leaderboard predictions only)" if any(m.get("scored") is False for m in ms)
                       else "ok" if all(ms) else f"no {split} split")
             if status == "ok":
@@ -131,6 +133,7 @@ def table_rows(spec: dict[str, Any], cells: list[Cell], got: Collected, metrics:
                                            else g.run_id or "" for g in group),
                     "commit": ";".join(dict.fromkeys(r.commit for r in results if r)),
                     "seeds": ";".join(str(g.seed) for g in group if g.seed is not None),
+                    "weights": ";".join(weights_text(r) for r in results if r),
                 })
         for ds in spec["datasets"]:
             if ceilings and (split_label, ds) in ceilings:
@@ -138,13 +141,43 @@ def table_rows(spec: dict[str, Any], cells: list[Cell], got: Collected, metrics:
                              "metric": spec.get("ceiling_metric", "fact_recall"),
                              "ours": ceilings[(split_label, ds)], "paper": None, "diff": None,
                              "status": "computed from the data", "run_id": "", "evaluation": "",
-                             "trained_in": "", "commit": "", "seeds": ""})
+                             "trained_in": "", "commit": "", "seeds": "", "weights": ""})
     annotate(rows, scores, spec.get("baseline"))  # marks on the test split only (dev is for choosing)
     return rows
 
 
 CEILING = "truncation_ceiling"
 CEILING_LABEL = "Trunc. ceiling (events in 1st window)"
+
+
+def weights_text(r: Results) -> str:
+    """Which weights a run evaluated: ``best: step 1,570 of 3,140 (val/task_score 21.3)`` or ``last: step 300``."""
+    sel = r.selection or {}
+    if sel.get("rule") == "best":
+        return (f"best: step {sel.get('step'):,} of {sel.get('last_step'):,} ({sel.get('monitor')} "
+                f"{sel.get('score'):.4g} on {sel.get('split')}, {len(sel.get('validations') or [])} validations)")
+    return f"{sel.get('rule') or 'last'}: step {r.step:,}"
+
+
+def footer(spec: dict[str, Any], profile: str, got: Collected) -> list[str]:
+    """Lines under a table that its runs determine: where each test column's numbers come from (scored here,
+    or by a leaderboard from the runs' prediction files) and the BERTScore model behind its BS column."""
+    results = {(key, method): r for (key, method, _, _), r in got.results.items()}
+    test = spec["splits"].get("test")
+    sources = []
+    for ds in spec["datasets"]:
+        ms = [(r.splits.get(test) or {}, r) for (key, _), r in results.items() if key == ds and test]
+        board = next((m["leaderboard"] for m, _ in ms if isinstance(m.get("leaderboard"), dict)), None)
+        scored = next((r for m, r in ms if m.get("scored")), None)
+        where = (f"the {board.get('name')} leaderboard (references hidden; each run writes {board.get('file')})" if board
+                 else f"scored here ({((scored.data.get('summary') or {}).get(test) or {}).get('source', '?')})" if scored
+                 else "no test results")
+        sources.append(f"{column_label(spec, profile, ds)}: {where}")
+    models = sorted({f"{m.get('bertscore_model')} (layer {m.get('bertscore_num_layers')}, "
+                     f"{m.get('bertscore_model_source')})" for r in got.results.values() for m in r.splits.values()
+                     if m.get("bertscore_model")})
+    lines = [f"Test columns: {'; '.join(sources)}."] if test and sources else []
+    return lines + [f"BERTScore: {', '.join(models) if models else 'not computed'}."]
 
 
 def _fmt(x: float | None) -> str:
@@ -217,8 +250,9 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: 
                                                     else f" ({_fmt(r['paper'])}{diff})"))
             label = spec.get("ceiling_label", CEILING_LABEL) if meth == CEILING else spec["method_labels"].get(meth, meth)
             lines.append(f"| {split} | {label} | " + " | ".join(cells) + " |")
-    lines += ["", "| method | dataset | status | run | trained in | evaluation | commit |",
-              "|---|---|---|---|---|---|---|"]
+    weights = any(r.get("weights", "").startswith("best") for r in rows)  # the column where a checkpoint was chosen
+    lines += ["", "| method | dataset | status | run | trained in | evaluation | commit |" + (" weights |" if weights else ""),
+              "|---|---|---|---|---|---|---|" + ("---|" if weights else "")]
     seen = set()
     for r in rows:
         k = (r["method"], r["dataset"])
@@ -226,9 +260,10 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: 
             seen.add(k)
             trained = "" if r["trained_in"] == r["run_id"] else r["trained_in"]
             lines.append(f"| {r['method']} | {column_label(spec, profile, r['dataset'])} | {r['status']} "
-                         f"| {r['run_id']} | {trained or 'same'} | {r['evaluation']} | {r['commit'][:12]} |")
+                         f"| {r['run_id']} | {trained or 'same'} | {r['evaluation']} | {r['commit'][:12]} |"
+                         + (f" {r.get('weights', '')} |" if weights else ""))
     if source:
-        lines += ["", source]
+        lines += ["", *source.split("\n")]
     if problems:
         lines += ["", "Problems:", *[f"- {p}" for p in problems]]
     return "\n".join(lines) + "\n"
@@ -280,8 +315,8 @@ def build_table(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
     archive(spec, rows, {c.run_id: c.result_dir for c in cells if c.run_id and c.result_dir},
             out_dir / "scores" / name)
     return {
-        "md": atomic_write_text(out_dir / f"{name}.md", render_markdown(spec, rows, got.problems, profile,
-                                                                        provenance(got))),
+        "md": atomic_write_text(out_dir / f"{name}.md", render_markdown(spec, rows, got.problems, profile, "\n".join(
+            [provenance(got), *footer(spec, profile, got)]))),
         "csv": atomic_write_text(out_dir / f"{name}.csv", render_csv(rows)),
         "tex": atomic_write_text(out_dir / f"{name}.tex", render_latex(spec, rows, profile)),
     }

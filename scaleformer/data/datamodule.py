@@ -17,11 +17,12 @@ from torch.utils.data import DataLoader, SequentialSampler
 
 from scaleformer.config import DataConfig
 from scaleformer.data import cache
-from scaleformer.data.encode import encode
+from scaleformer.data.encode import encode_to
 from scaleformer.data.errors import DataError
-from scaleformer.data.examples import Example, build_examples, to_rows
+from scaleformer.data.examples import hidden_references, iter_examples, iter_rows
 from scaleformer.data.sampler import LengthSortedSampler, ResumableSampler
-from scaleformer.data.sources import ROLES, configured_roles, make_source, split_name
+from scaleformer.data.sources import ROLES, check_size, configured_roles, make_source, split_name
+from scaleformer.io import atomic_dir
 from scaleformer.model.tokenizer import special_token_ids, tokenizer_fingerprint
 
 log = logging.getLogger(__name__)
@@ -100,21 +101,44 @@ class SummarizationDataModule(pl.LightningDataModule):
         return cache.entry_path(self.cfg, role, split_name(self.cfg, role), self.source.identity(role),
                                 self._fingerprint)
 
-    def _read(self, role: str) -> tuple[list[Example], dict[str, Any]]:
-        """Read and validate one role into examples; no tokenization yet."""
+    def _scan(self, role: str) -> bool:
+        """Check every row of one role (fields, types, ids sharing one document), keeping nothing of their
+        text; returns whether the role's references are hidden (an evaluation split with documents and no
+        reference at all, as SCROLLS' test splits)."""
+        rows = iter_rows(self.source.rows(role), self.cfg)
+        return role != "train" and hidden_references(rows)
+
+    def _write(self, role: str, path: Path, hidden: bool) -> None:
+        """Read one role again and tokenize it as it streams into a new cache entry (the example caps apply
+        while reading; memory stays bounded whatever the split's size)."""
         raw = self.source.rows(role)
         train = role == "train"
         cap = self.cfg.max_train_examples if train else self.cfg.max_eval_examples
-        examples, stats = build_examples(to_rows(raw, self.cfg), train=train, cap=cap)
-        stats["source"] = raw.where
-        stats["split"] = split_name(self.cfg, role)
-        if train and not examples:
-            raise DataError(f"{raw.where}: the train split has no example with a non-empty input and target "
-                            f"({stats['n_rows']} rows, {stats['n_skipped_empty']} skipped as empty)")
-        return examples, stats
+        stats: dict[str, Any] = {}
+        examples = iter_examples(iter_rows(raw, self.cfg), train=train, cap=cap, hidden=hidden, stats=stats)
+        ids: list[str] = []
+        references: list[list[str]] = []
+
+        def kept() -> Any:
+            for e in examples:
+                ids.append(e.id)
+                references.append(e.references)  # an evaluation example's list grows as its later rows come
+                yield e
+
+        with atomic_dir(path, replace=False) as tmp:  # another process (a DDP rank) may finish it first
+            arrays, lengths = encode_to(tmp, kept(), self.tokenizer, max_input_tokens=cache.input_cap(self.cfg, role),
+                                        max_target_tokens=self.cfg.max_target_tokens,
+                                        suffix_special=self.suffix_special, with_prefix=self.cfg.has_query,
+                                        max_prefix_tokens=self.cfg.max_prefix_tokens)
+            stats.update(source=raw.where, split=split_name(self.cfg, role), **lengths)
+            if train and not ids:
+                raise DataError(f"{raw.where}: the train split has no example with a non-empty input and target "
+                                f"({stats['n_rows']} rows, {stats['n_skipped_empty']} skipped as empty)")
+            check_size(self.cfg, role, stats)
+            cache.finish(tmp, arrays, ids, references, stats)
 
     def _ensure(self, roles: Sequence[str]) -> None:
-        """Set up `roles`: validate everything uncached first, then tokenize into the cache."""
+        """Set up `roles`: check every uncached one first, then tokenize each into the cache as it streams."""
         todo = [r for r in roles if r not in self.datasets]
         if not todo:
             return
@@ -122,20 +146,13 @@ class SummarizationDataModule(pl.LightningDataModule):
         if uncached and not self._checked:  # cache hits need no source (a hub set tokenized once works offline)
             self.source.check()
             self._checked = True
-        raw = {role: self._read(role) for role in uncached}  # all reading/validation before any tokenization
+        hidden = {role: self._scan(role) for role in uncached}  # every row checked before any tokenization
         for role in todo:
             path = self._cache_path(role)
-            if role in raw:
+            if role in hidden:
                 t0 = time.perf_counter()
-                examples, stats = raw.pop(role)
-                arrays, lengths = encode(examples, self.tokenizer, max_input_tokens=self.cfg.max_input_tokens,
-                                         max_target_tokens=self.cfg.max_target_tokens,
-                                         suffix_special=self.suffix_special,
-                                         with_prefix=self.cfg.has_query)
-                cache.write(path, arrays, [e.id for e in examples], [e.references for e in examples],
-                            {**stats, **lengths})
-                log.info("tokenized %s split %r: %d examples in %.1fs -> %s", self.cfg.name, role,
-                         len(examples), time.perf_counter() - t0, path)
+                self._write(role, path, hidden[role])
+                log.info("tokenized %s split %r in %.1fs -> %s", self.cfg.name, role, time.perf_counter() - t0, path)
             else:
                 log.info("loaded tokenized %s split %r from cache %s", self.cfg.name, role, path)
             self.datasets[role], self._summary[role] = cache.load(path)
@@ -160,13 +177,11 @@ class SummarizationDataModule(pl.LightningDataModule):
 
     def prefix_lengths(self, split: str) -> np.ndarray:
         """Tokens of each example's query prefix in a loaded split (empty without prefixes)."""
-        offsets = self.datasets[split].arrays.get("prefix_offsets")
-        return np.diff(offsets) if offsets is not None else np.zeros(0, dtype=np.int64)
+        return self.datasets[split].lengths("prefix_ids")
 
     def longest(self, split: str, field: str = "input") -> int:
         """Tokens of the longest input (``field="input"``) or target (``"label"``) of a loaded split."""
-        offsets = self.datasets[split].arrays.get(f"{field}_offsets")
-        return int(np.diff(offsets).max(initial=0)) if offsets is not None else 0
+        return int(self.datasets[split].lengths("labels" if field == "label" else "input_ids").max(initial=0))
 
     def longest_prefix(self) -> int:
         """Tokens of the longest query prefix in the loaded splits (0 without prefixes): for start-up checks."""
@@ -195,8 +210,7 @@ class SummarizationDataModule(pl.LightningDataModule):
         if train:
             sampler: Any = ResumableSampler(len(self.datasets[split]), self.seed)
         else:  # several documents a batch: of similar lengths, longest first (rows go back in file order by id)
-            offsets = self.datasets[split].arrays.get("input_offsets")
-            lengths = np.diff(offsets).tolist() if offsets is not None else [0] * len(self.datasets[split])
+            lengths = self.datasets[split].lengths().tolist() or [0] * len(self.datasets[split])
             lengths = lengths if first is None else lengths[:first]  # ``first``: only the split's first documents
             sampler = LengthSortedSampler(lengths) if size > 1 else None if first is None else SequentialSampler(lengths)
         return DataLoader(

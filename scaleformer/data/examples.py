@@ -19,7 +19,8 @@ never a silent merge.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,9 +116,9 @@ def _row_id(obj: dict[str, Any], field: str, loc: str) -> str:
                     "a non-empty string or an integer (or set data.id_field=null to number the rows)")
 
 
-def _conflict(first: Row, row: Row, field: str, key: str) -> DataError:
+def _conflict(first: str, loc: str, row_id: str, field: str, key: str) -> DataError:
     return DataError(
-        f"{first.loc} and {row.loc}: id {row.id!r} has two different {field!r} texts (data.{key}); rows "
+        f"{first} and {loc}: id {row_id!r} has two different {field!r} texts (data.{key}); rows "
         "sharing an id must share the document (each such row adds a reference to it): give the "
         "documents distinct ids")
 
@@ -145,77 +146,131 @@ def split_query(text: str, mode: str, loc: str) -> tuple[str, str]:
     return text[:cut].strip(), text[cut + 2:].strip()
 
 
-def to_rows(raw: RawSplit, cfg: DataConfig) -> list[Row]:
-    """Check each row's fields and flatten list-valued targets (several references for one input).
+def _digest(text: str | None) -> bytes | None:
+    """A document's fingerprint: rows sharing an id are compared by it, so no text is kept to compare."""
+    return None if text is None else hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+@dataclass
+class _Seen:
+    """What an id's first row leaves behind for the rows after it: fingerprints, not texts."""
+
+    value: Any  # the id as it came (an int or a str)
+    loc: str
+    input: bytes | None
+    prefix: bytes | None
+
+
+def iter_rows(raw: RawSplit, cfg: DataConfig) -> Iterator[Row]:
+    """Check each row's fields and flatten list-valued targets (several references for one input), as the
+    rows stream: memory stays bounded whatever the split's size (per id, a fingerprint and where it was).
 
     Every field must be a string (null = empty); the target may also be a list of strings, one row
     per reference; the id a non-empty string or an integer. Rows sharing an id must have the same
     input (and prefix): else a DataError names the id and both rows.
     """
-    rows: list[Row] = []
-    first: dict[str, Row] = {}
-    id_kind: dict[str, tuple[Any, str]] = {}  # id text -> (the value it first came as, where)
+    seen: dict[str, _Seen] = {}
     for n, (pos, obj) in enumerate(raw.records):
         loc = locate(raw.where, pos)
         check_fields(loc, list(obj), cfg)
         row_id = _row_id(obj, cfg.id_field, loc) if cfg.id_field else f"{raw.id_stem}-{n}"
-        if cfg.id_field:
-            value, where = id_kind.setdefault(row_id, (obj[cfg.id_field], loc))
-            if type(value) is not type(obj[cfg.id_field]):
-                raise DataError(f"{where} and {loc}: ids {value!r} and {obj[cfg.id_field]!r} (field "
-                                f"{cfg.id_field!r}, data.id_field) are an integer and a string with the same text: "
-                                "they would merge into one document; use one type for every id")
         text = _string(obj, cfg.input_field, "input_field", loc)
         prefix = _string(obj, cfg.prefix_field, "prefix_field", loc) if cfg.prefix_field else None
         if cfg.query_split and text.strip():
             prefix, text = split_query(text, cfg.query_split, loc)
         targets = _targets(obj, cfg.target_field, loc)
-        row = Row(row_id, text, targets[0], prefix, loc)
-        seen = first.setdefault(row_id, row)
-        if seen is not row:
-            if seen.input != text:
-                raise _conflict(seen, row, cfg.input_field, "input_field")
-            if seen.prefix != prefix:
-                if cfg.query_split:  # the query came from the input's own text, not a field
-                    raise DataError(f"{seen.loc} and {row.loc}: id {row_id!r} has two different queries (the text "
-                                    f"before the document in field {cfg.input_field!r}, data.query_split="
-                                    f"{cfg.query_split}); rows sharing an id must share the query: give the "
-                                    "documents distinct ids")
-                raise _conflict(seen, row, str(cfg.prefix_field), "prefix_field")
-        rows.extend(Row(row_id, text, t, prefix, loc) for t in targets)
-    return rows
+        if cfg.id_field:
+            _check_same(seen, row_id, obj[cfg.id_field], loc, text, prefix, cfg)
+        for t in targets:
+            yield Row(row_id, text, t, prefix, loc)
+
+
+def _check_same(seen: dict[str, _Seen], row_id: str, value: Any, loc: str, text: str, prefix: str | None,
+                cfg: DataConfig) -> None:
+    """Rows sharing an id share one document (and query), and the id is one type (``7`` and ``"7"`` would merge)."""
+    first = seen.get(row_id)
+    if first is None:
+        seen[row_id] = _Seen(value, loc, _digest(text), _digest(prefix))
+        return
+    if type(first.value) is not type(value):
+        raise DataError(f"{first.loc} and {loc}: ids {first.value!r} and {value!r} (field {cfg.id_field!r}, "
+                        "data.id_field) are an integer and a string with the same text: they would merge into one "
+                        "document; use one type for every id")
+    if first.input != _digest(text):
+        raise _conflict(first.loc, loc, row_id, cfg.input_field, "input_field")
+    if first.prefix != _digest(prefix):
+        if cfg.query_split:  # the query came from the input's own text, not a field
+            raise DataError(f"{first.loc} and {loc}: id {row_id!r} has two different queries (the text "
+                            f"before the document in field {cfg.input_field!r}, data.query_split="
+                            f"{cfg.query_split}); rows sharing an id must share the query: give the "
+                            "documents distinct ids")
+        raise _conflict(first.loc, loc, row_id, str(cfg.prefix_field), "prefix_field")
+
+
+def to_rows(raw: RawSplit, cfg: DataConfig) -> list[Row]:
+    """Every row of a split, checked (:func:`iter_rows`), as a list: for small splits and scripts."""
+    return list(iter_rows(raw, cfg))
+
+
+def hidden_references(rows: Iterable[Row]) -> bool:
+    """Whether rows with a document exist and none of them has a reference: an evaluation split like that keeps
+    its examples with hidden references (SCROLLS' test splits) instead of skipping them all."""
+    documents = references = False
+    for r in rows:
+        if r.input.strip():
+            documents = True
+            if r.target.strip():
+                references = True
+                break
+    return documents and not references
+
+
+def iter_examples(rows: Iterable[Row], *, train: bool, cap: int | None, hidden: bool,
+                  stats: dict[str, Any]) -> Iterator[Example]:
+    """Examples as their rows stream: the empty-text rule, evaluation rows grouped by id, the first ``cap``.
+
+    An evaluation example is yielded at its id's first row, and a later row of that id appends its reference
+    to the example already yielded (its document, query and first reference are known at once; the list of
+    references is complete when the rows are). Training rows are examples one by one, so a cap stops the
+    reading; an evaluation split is read to its end for the references of the examples it kept. ``stats``
+    (filled in place): rows read, rows skipped as empty, and the counts of what was kept.
+    """
+    stats.update(n_rows=0, n_skipped_empty=0, hidden_references=hidden and not train)
+    hidden = hidden and not train
+    groups: dict[str, Example] = {}
+    train_ids: set[str] = set()
+    n = 0
+    for r in rows:
+        stats["n_rows"] += 1
+        if not r.input.strip() or (not hidden and not r.target.strip()):
+            stats["n_skipped_empty"] += 1
+            continue
+        if train:
+            if cap is not None and n >= cap:
+                stats["n_rows"] -= 1  # not read: the cap stopped here
+                break
+            n += 1
+            train_ids.add(r.id)
+            yield Example(r.id, r.input, r.target, r.prefix, [r.target])
+            continue
+        ex = groups.get(r.id)
+        if ex is not None:
+            if not hidden:
+                ex.references.append(r.target)
+            continue
+        if cap is not None and len(groups) >= cap:
+            continue  # past the cap: read on only for the kept ids' later references
+        ex = groups[r.id] = Example(r.id, r.input, "" if hidden else r.target, r.prefix, [] if hidden else [r.target])
+        yield ex
+    stats["n_examples"] = n if train else len(groups)
+    stats["n_ids"] = len(train_ids) if train else len(groups)
+    stats["n_references"] = n if train else sum(len(e.references) for e in groups.values())
 
 
 def build_examples(rows: Sequence[Row], *, train: bool, cap: int | None) -> tuple[list[Example], dict[str, Any]]:
-    """Apply the empty-text rule, group evaluation rows by id, take the first `cap` examples."""
-    stats: dict[str, Any] = {"n_rows": len(rows), "n_skipped_empty": 0}
-    kept = []
-    for r in rows:
-        if not r.input.strip():
-            stats["n_skipped_empty"] += 1
-        else:
-            kept.append(r)
-    hidden = not train and bool(kept) and not any(r.target.strip() for r in kept)
-    if not hidden:
-        n = len(kept)
-        kept = [r for r in kept if r.target.strip()]
-        stats["n_skipped_empty"] += n - len(kept)
-    stats["hidden_references"] = hidden
-    if train:
-        examples = [Example(r.id, r.input, r.target, r.prefix, [r.target]) for r in kept]
-    else:
-        groups: dict[str, Example] = {}
-        for r in kept:
-            ex = groups.get(r.id)
-            if ex is None:
-                groups[r.id] = Example(r.id, r.input, r.target if not hidden else "", r.prefix,
-                                       [] if hidden else [r.target])
-            elif not hidden:
-                ex.references.append(r.target)
-        examples = list(groups.values())
-    if cap is not None:
-        examples = examples[:cap]
-    stats["n_examples"] = len(examples)
-    stats["n_ids"] = len({e.id for e in examples})
-    stats["n_references"] = sum(len(e.references) for e in examples)
+    """Apply the empty-text rule, group evaluation rows by id, take the first `cap` examples (all in memory:
+    :func:`iter_examples` streams)."""
+    stats: dict[str, Any] = {}
+    examples = list(iter_examples(rows, train=train, cap=cap, hidden=not train and hidden_references(rows),
+                                  stats=stats))
     return examples, stats

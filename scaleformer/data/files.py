@@ -110,8 +110,11 @@ def _parquet(path: Path, cfg: DataConfig) -> Records:
     import pyarrow.parquet as pq
 
     check_fields(str(path), header_fields(path) or [], cfg)
-    for i, row in enumerate(pq.read_table(path, columns=required_fields(cfg)).to_pylist()):
-        yield f"row {i}", row
+    i = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=256, columns=required_fields(cfg)):  # streamed
+        for row in batch.to_pylist():
+            yield f"row {i}", row
+            i += 1
 
 
 def header_fields(path: Path) -> list[str] | None:

@@ -42,6 +42,19 @@ def configured_roles(cfg: DataConfig) -> list[str]:
     return [r for r in ROLES if getattr(cfg.splits, r) is not None]
 
 
+def check_size(cfg: DataConfig, role: str, stats: dict[str, Any]) -> None:
+    """A split read whole whose documents (distinct ids) differ from ``data.expected_docs``: logged, and the
+    summary records both (``expected_docs``), so a table built on another release of the data says so."""
+    want = cfg.expected_docs.get(role)
+    capped = (cfg.max_train_examples if role == "train" else cfg.max_eval_examples) is not None
+    if want is None or capped:
+        return
+    stats["expected_docs"] = want
+    if stats["n_ids"] != want:
+        log.warning("data=%s split %r: %d documents where the release it stands for has %d (data.expected_docs): "
+                    "its scores are not on the same documents", cfg.name, role, stats["n_ids"], want)
+
+
 def split_name(cfg: DataConfig, role: str) -> str:
     """The role's split name in the source; a clear error for an unknown or unconfigured role."""
     if role not in ROLES:

@@ -91,6 +91,11 @@ class Method(ABC):
     def check_backbone(self, spec: BackboneSpec) -> None:  # noqa: B027 (optional hook)
         """Raise ConfigError if this method's settings cannot run on this backbone."""
 
+    def fit_query(self, max_query_tokens: int) -> str | None:
+        """Make room for queries of at most ``max_query_tokens`` (``data.max_prefix_tokens``) where a setting
+        must; returns what changed, for the log and the run's record (None: nothing had to)."""
+        return None
+
     @abstractmethod
     def encode(
         self,

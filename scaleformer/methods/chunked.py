@@ -24,6 +24,7 @@ data pipeline needs); the prefix rows are encoded in the same micro-batches as t
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -103,6 +104,21 @@ class ChunkedMethod(Method):
             check(c.overlap < c.chunk_size - n_spec, "method.overlap", c.overlap,
                   f"must be < method.chunk_size minus the {n_spec} special tokens per chunk "
                   f"({c.chunk_size - n_spec}) with method.chunk_special_tokens=true")
+
+    def fit_query(self, max_query_tokens: int) -> str | None:
+        """SLED puts the query on top of every chunk, so query + chunk must fit the backbone's positions: a
+        window that would not is shrunk to what is left (BART-base, L=1,024, 64-token queries: 960)."""
+        c, limit = self.cfg, self.spec.max_positions
+        room = limit - max_query_tokens
+        if c.chunk_size <= room:
+            return None
+        check(room > c.overlap, "data.max_prefix_tokens", max_query_tokens,
+              f"leaves a chunk of {room} tokens beside the query within the backbone's {limit} positions, not more "
+              f"than method.overlap={c.overlap}: lower the query cap or the overlap")
+        self.cfg = dataclasses.replace(c, chunk_size=room)
+        return (f"method.chunk_size {c.chunk_size} -> {room}: queries of up to {max_query_tokens} tokens "
+                f"(data.max_prefix_tokens) go on top of every chunk, and query + chunk must fit the backbone's "
+                f"{limit} positions")
 
     # ------------------------------------------------------------------------------ planning (CPU)
     def check_prefix(self, n_tokens: int, where: str = "") -> None:

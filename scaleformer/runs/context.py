@@ -64,6 +64,7 @@ def to_config(cfg: DictConfig, checked: tuple[Config, DictConfig] | None = None)
     rc.method, rc.trainer = method_config(resolved.method), trainer_config(resolved.trainer)
     rc.choices = dict(rc.choices)
     check_monitors(rc.trainer.validation, rc.callbacks)
+    check_selection(rc.trainer, rc.callbacks)
     return identity.fill_run_paths(rc, cfg)
 
 
@@ -125,6 +126,21 @@ def check_monitors(validation: str, callbacks: dict[str, Any]) -> None:
         want = "min" if metric == "loss" else "max"
         check(mode == want, f"callbacks.{name}.mode", mode, f"must be {want} for {monitor} ("
               + ("lower" if want == "min" else "higher") + " is better)")
+
+
+def check_selection(t: TrainerConfig, callbacks: dict[str, Any]) -> None:
+    """``trainer.select=best`` and early stopping read validation during fit: a run configured without one,
+    or whose validation logs no score to choose by, stops at start-up (not after training, choosing nothing)."""
+    key = "trainer.select" if t.select == "best" else "trainer.early_stopping_patience"
+    if t.select != "best" and not t.early_stopping_patience or not t.do_train:
+        return
+    value = t.select if t.select == "best" else t.early_stopping_patience
+    none = t.limit_val_batches in (0, 0.0) or (t.val_check_interval is None and t.check_val_every_n_epoch is None)
+    check(not none, key, value, "needs validation during fit: trainer.limit_val_batches > 0 and trainer.val_check_interval "
+          "(or trainer.check_val_every_n_epoch)")
+    rouge = any(isinstance(n, dict) and str(n.get("_target_", "")).endswith(".ValidationRouge") for n in callbacks.values())
+    check(t.validation == "loss" or rouge, key, value, "chooses by val/task_score, which callbacks.validation_rouge "
+          "(ValidationRouge) logs: it is null")
 
 
 def validation_record(t: TrainerConfig) -> dict[str, Any]:
@@ -259,11 +275,26 @@ class RunContext:
         return self.run_dir / "eval" / f"step_{step}-{self.evaluation_hash}"
 
     @property
+    def epoch_budget(self) -> int | None:
+        """The epochs a run trains when its budget is in epochs (``trainer.max_steps=-1``), else None."""
+        t = self.cfg.trainer
+        return t.max_epochs if t.do_train and t.max_steps == -1 and t.max_epochs and not t.measure_cost else None
+
+    def result_dir(self, last_step: int) -> Path:
+        """The folder of a run's final evaluation: named by its budget, known before the run, where the budget
+        is in epochs (the steps follow from the data, and early stopping may end sooner), else by the step
+        training ended at (a selected best checkpoint is recorded inside, ``selection``)."""
+        epochs = self.epoch_budget
+        return self.run_dir / "eval" / f"epochs_{epochs}-{self.evaluation_hash}" if epochs else self.eval_dir(last_step)
+
+    @property
     def expected_eval_dir(self) -> Path | None:
-        """Where the results will be, when the step is known before running (for skip_existing)."""
+        """Where the results will be, when the budget is known before running (for skip_existing)."""
         t = self.cfg.trainer
         if t.do_train and t.measure_cost:  # the cost probe ends training with its schedule
             return self.eval_dir(schedule_steps(t, self.cfg.method))
+        if self.epoch_budget:
+            return self.result_dir(0)
         return self.eval_dir(t.max_steps) if t.do_train and t.max_steps > 0 else None
 
     @property

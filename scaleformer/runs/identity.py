@@ -50,7 +50,9 @@ TRAINING_GROUPS = ("backbone", "data", "method", "optim", "trainer", "seed")
 # trainer.validation: what validation during fit measures (and so which checkpoint a monitor keeps); the
 # paper's protocol stays out, another joins, with its token cap when it is "greedy".
 ADDED_LATER: dict[str, dict[str, Any]] = {"backbone": {"config_file": None},
-                                          "data": {"synthetic_split_seeds": {}, "synthetic_words_spread": 0.0},
+                                          "data": {"synthetic_split_seeds": {}, "synthetic_words_spread": 0.0,
+                                                   "max_train_input_tokens": None, "max_prefix_tokens": None},
+                                          "optim": {"warmup_ratio": None},
                                           "trainer": {"validation": TrainerConfig.validation}}
 
 
@@ -106,6 +108,8 @@ def evaluation_identity(rc: RunConfig) -> dict[str, Any]:
         # recorded as 1, the value every evaluation had before batching: their folders keep their names.
         "data": {"max_eval_examples": d["data"].get("max_eval_examples"), "eval_batch_size": 1},
         "method": {k: d["method"].get(k) for k in type(rc.method).EVAL_KEYS},
+        # the weights evaluated: the best checkpoint joins the identity, the last (every earlier run's) stays out
+        **({"select": rc.trainer.select} if rc.trainer.select != TrainerConfig.select else {}),
     }
 
 

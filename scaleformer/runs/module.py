@@ -235,8 +235,14 @@ class SummarizationModule(pl.LightningModule):
             lr=o.lr, betas=tuple(o.betas), eps=o.eps, fused=fused or None,  # None: torch's own default (foreach)
         )
         total = max(1, int(self.trainer.estimated_stepping_batches))
-        sched = get_linear_schedule_with_warmup(opt, min(o.warmup_steps, total), total)
+        sched = get_linear_schedule_with_warmup(opt, warmup_steps(o, total), total)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def warmup_steps(o: OptimConfig, total: int) -> int:
+    """Optimiser steps of linear warm-up out of ``total``: ``warmup_ratio`` of them where set, else
+    ``warmup_steps`` (at most all of them)."""
+    return min(round(o.warmup_ratio * total) if o.warmup_ratio is not None else o.warmup_steps, total)
 
 
 def _parts_from_config(run_config: dict[str, Any]) -> tuple[Any, Method, Any, OptimConfig, GenerationConfig]:

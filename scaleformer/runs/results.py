@@ -48,6 +48,9 @@ class Results:
     # decoded together at evaluation
     validation: dict[str, Any] = field(default_factory=dict)
     eval_batch_size: int | None = None
+    # which weights were evaluated (scaleformer.runs.selection): "last", or "best" with its step, validation
+    # score and every validation during fit; ``step`` above is the evaluated weights', ``train_steps`` the last
+    selection: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,3 +76,12 @@ class Results:
             return cls.from_dict(d) if isinstance(d, dict) and "splits" in d else None
         except (OSError, ValueError, TypeError):
             return None
+
+
+def leaderboard_file(leaderboard: str, split: str, rows: list[dict[str, Any]], out_dir: Path) -> dict[str, Any]:
+    """A split whose references are hidden, written as its leaderboard takes it (``data.leaderboard``:
+    ``scrolls:<task>``, SCROLLS' ``{id: prediction}``, tau-nlp/scrolls evaluator/README.md "Predictions Format";
+    ``scripts/scrolls_submission.py`` joins the seven tasks into the leaderboard's CSV). What tables read."""
+    name, task = leaderboard.split(":", 1)
+    path = atomic_write_json(Path(out_dir) / f"{name}_{task}_{split}.json", {r["id"]: r["prediction"] for r in rows})
+    return {"name": name, "task": task, "file": path.name, "n_predictions": len(rows)}

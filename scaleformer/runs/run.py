@@ -46,7 +46,8 @@ from scaleformer.runs.cost import CostProbe
 from scaleformer.runs.cost_schedule import settings
 from scaleformer.runs.memory import resolve_checkpointing, resolve_eval_batch
 from scaleformer.runs.module import SummarizationModule
-from scaleformer.runs.results import Results
+from scaleformer.runs.results import Results, leaderboard_file
+from scaleformer.runs.selection import BestCheckpoint, select_weights, selection_monitor
 from scaleformer.runs.trainer import build_trainer, instantiate_all, validation_docs
 
 log = logging.getLogger("scaleformer")
@@ -127,6 +128,7 @@ class Parts:
     start: dict[str, Any] | None = None  # step and metadata of the checkpoint to start from
     crowded: dict[str, int] = field(default_factory=dict)  # per split: queries that crowd the document out
     cost: CostProbe | None = None  # trainer.measure_cost: the step and generation costs
+    best: BestCheckpoint | None = None  # validation during fit's scores, the best weights, early stopping
 
 
 def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, Any]:
@@ -134,11 +136,15 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
     module = build_module(ctx, parts)
     resolve_eval_batch(parts.dm, module, str(parts.trainer.precision), parts.trainer.strategy.root_device)
     attempt.started = True
-    step, train_time, trained = train_or_load(ctx, parts, module, ckpt)
+    last, train_time, trained = train_or_load(ctx, parts, module, ckpt)
+    # the weights to evaluate and export, chosen before any evaluation split is read (validation's scores only)
+    selection = select_weights(parts.best if ctx.cfg.trainer.select == "best" else None, module, last,
+                               ctx.cfg.backbone.name, parts.described) if trained else {"rule": "loaded", "step": last}
+    step, out_dir = selection["step"], ctx.result_dir(last)
     export = trained and ctx.cfg.trainer.export_model
     if export and runtime.is_rank_zero():
         export_model(module, ctx.model_dir, export_record(ctx, parts.described, step))
-    splits = evaluate(ctx, parts, module, step)
+    splits = evaluate(ctx, parts, module, out_dir)
     if not runtime.is_rank_zero():
         return {}
     results = Results(
@@ -151,13 +157,12 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
             s: {**v, "n_query_crowded": parts.crowded.get(s, 0)} for s, v in parts.dm.summary().items()}},
         device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         machine=runtime.machine(),
-        world_size=int(parts.trainer.world_size), seed=ctx.cfg.seed, train_steps=step,
+        world_size=int(parts.trainer.world_size), seed=ctx.cfg.seed, train_steps=last, selection=selection,
         train_time_s=round(train_time, 2), wall_time_s=round(time.time() - ctx.started, 2),
         versions={d: compat.installed(d) for d in ("torch", "transformers", "lightning")},
         patches=compat.report(), splits=splits,
         cost=parts.cost.record(str(parts.trainer.precision)) if parts.cost else {},
         validation=validation_record(ctx.cfg.trainer), eval_batch_size=parts.dm.eval_batch_size)
-    out_dir = ctx.eval_dir(step)
     config_text = OmegaConf.to_yaml(OmegaConf.create(redact_all(OmegaConf.to_container(ctx.cfg.raw))))
     atomic_write_text(ctx.run_dir / "config.yaml", config_text)
     atomic_write_text(out_dir / "config.yaml", config_text)
@@ -176,6 +181,8 @@ def prepare(ctx: RunContext, ckpt: Path | None) -> Parts:
     pl.seed_everything(rc.seed, workers=True, verbose=False)
     ready = prepare_backbone(rc.backbone, rc.method)
     tokenizer, conf, method = ready.tokenizer, ready.conf, ready.method
+    if rc.data.has_query and rc.data.max_prefix_tokens and (fitted := method.fit_query(rc.data.max_prefix_tokens)):
+        log.info("%s", fitted)  # the record below (metrics.json, checkpoints, the export) holds the new value
     described = describe_method(rc, method)
     start = checkpoints.peek(ckpt) if ckpt is not None else None
     if start is not None:
@@ -189,7 +196,9 @@ def prepare(ctx: RunContext, ckpt: Path | None) -> Parts:
     t = rc.trainer
     cost = CostProbe(t.cost_warmup, t.cost_repeats, t.cost_lengths, t.cost_bare, settings(rc.method)) \
         if t.measure_cost else None
-    trainer = build_trainer(ctx, loggers, [*callbacks, resume, *([cost] if cost else [])])
+    best = BestCheckpoint(ctx.checkpoint_dir or ctx.run_dir / "checkpoints", *selection_monitor(t.validation),
+                          patience=t.early_stopping_patience) if t.select == "best" or t.early_stopping_patience else None
+    trainer = build_trainer(ctx, loggers, [*callbacks, resume, *([cost] if cost else []), *([best] if best else [])])
 
     dm = SummarizationDataModule(rc.data, tokenizer, seed=rc.seed)
     dm.prepare_data()
@@ -200,7 +209,7 @@ def prepare(ctx: RunContext, ckpt: Path | None) -> Parts:
     crowded = {s: method.crowded(dm.prefix_lengths(s)) for s in summary}
     method.check_prefix(dm.longest_prefix(), ", ".join(
         f"{n} of {summary[s]['n_examples']} {s} examples" for s, n in crowded.items() if n))
-    return Parts(tokenizer, method, described, trainer, loggers, resume, dm, conf, start, crowded, cost)
+    return Parts(tokenizer, method, described, trainer, loggers, resume, dm, conf, start, crowded, cost, best)
 
 
 def build_module(ctx: RunContext, parts: Parts) -> SummarizationModule:
@@ -248,14 +257,14 @@ def train_or_load(ctx: RunContext, parts: Parts, module: SummarizationModule, ck
     return int(trainer.global_step), time.time() - t0, True
 
 
-def evaluate(ctx: RunContext, parts: Parts, module: SummarizationModule, step: int) -> dict[str, Any]:
+def evaluate(ctx: RunContext, parts: Parts, module: SummarizationModule, out_dir: Path) -> dict[str, Any]:
     """Every evaluated split's scores (rank 0; empty elsewhere), logged to the run's loggers."""
     splits: dict[str, Any] = {}
     for split in ctx.cfg.trainer.eval_splits:
         if not parts.dm.has_split(split):
             log.warning("no %s split in data %s: skipped", split, ctx.cfg.data.name)
             continue
-        scored = evaluate_split(ctx.cfg, parts.trainer, module, parts.dm, split, ctx.eval_dir(step))
+        scored = evaluate_split(ctx.cfg, parts.trainer, module, parts.dm, split, out_dir)
         if scored is not None:
             splits[split] = scored
             log_metrics(parts.trainer, split, scored)
@@ -356,6 +365,8 @@ def evaluate_split(rc: RunConfig, trainer: pl.Trainer, module: SummarizationModu
     no_bs = dataclasses.replace(rc.metrics, bertscore=dataclasses.replace(rc.metrics.bertscore, enabled=False))
     metrics["by_length"] = by_length(lengths, rc.metrics.length_buckets, lambda idx: _headline(compute_metrics(
         [preds[i] for i in idx], [refs[i] for i in idx], no_bs, task_metric=task)))
+    if not metrics.get("scored") and rc.data.leaderboard:  # hidden references: the leaderboard scores them
+        metrics["leaderboard"] = leaderboard_file(rc.data.leaderboard, split, rows, out_dir)
     n_tokens = sum(lengths)
     return metrics | {
         "split": split,

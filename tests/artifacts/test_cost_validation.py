@@ -55,23 +55,33 @@ def test_validations_and_documents_come_from_the_trainer_config():
     assert _plan(limit_val_batches=0.5, split_docs=338)["val_docs_round"] == 169
     assert _plan(limit_val_batches=0)["val_docs"] == 0
     assert _plan(val_check_interval=None, check_val_every_n_epoch=None)["val_docs"] == 0
-    assert _plan(val_check_interval=0.5)["val_docs"] is None  # a fraction of an epoch: not derived
+    assert _plan(val_check_interval=0.5)["val_docs"] is None  # a fraction of an epoch of unknown size: not derived
+    t = OmegaConf.create({**PAPER, "val_check_interval": 0.5, "check_val_every_n_epoch": 1, "early_stopping_patience": 10})
+    plan = validation_plan(t, OmegaConf.create(DATA), 3 * 315, 19, epoch_batches=315)  # 3 epochs of 315
+    assert (plan["val_rounds"], plan["val_docs_round"], plan["val_docs"]) == (6, 19, 114)  # every 157: twice an epoch
+    assert "every 157, 2 an epoch, 6 validations at most (early stopping" in plan["val_source"]
 
 
 def test_the_paper_profiles_validation_is_derived_from_its_composed_config():
     spec = load_spec(experiments_dir() / "table1.yaml")
     cell = next(c for c in expand_grid(spec, "dryrun") if c.key == "booksum" and c.method == "sled")
     plan = costs.paper_plan(spec, cell)
-    assert (plan["validation"], plan["val_rounds"], plan["val_docs_round"], plan["eval_docs"]) == ("paper", 10, 100, 91)
-    split = copy.deepcopy(spec)  # a column's documents per split cap each validation at the split's size
-    split["profiles"]["dryrun"]["paper_eval_docs"]["booksum"] = {"validation": 45, "test": 46}
+    # the lineage's recipe: 10 epochs of BookSum's 314 rows, validated twice an epoch on its 19 books, 19 + 17 after
+    assert (plan["validation"], plan["epochs"], plan["micro_batches"], plan["steps"]) == ("paper", 10, 3140, 1570)
+    assert (plan["val_rounds"], plan["val_docs_round"], plan["eval_docs"], plan["max_train_input_tokens"]) == \
+        (20, 19, 36, 16384)
+    split = copy.deepcopy(spec)  # one number of documents for a column: each validation reads up to 1,000 of them
+    split["profiles"]["dryrun"]["paper_eval_docs"]["booksum"] = 91
     plan = costs.paper_plan(split, cell)
-    assert (plan["val_docs_round"], plan["val_docs"], plan["eval_docs"]) == (45, 450, 91)
+    assert (plan["val_docs_round"], plan["val_docs"], plan["eval_docs"]) == (1000, 20_000, 91)
+    unknown = copy.deepcopy(spec)  # a budget in epochs of a training set of unknown size: no total, not a guess
+    del unknown["profiles"]["dryrun"]["paper_train_docs"]
+    assert costs.paper_plan(unknown, cell)["micro_batches"] is None
     cheap = copy.deepcopy(spec)  # a paper profile that validates greedily: the table costs that
     cheap["profiles"]["paper"]["overrides"] = [*cheap["profiles"]["paper"]["overrides"], "trainer.validation=greedy",
                                                "++trainer.validation_max_new_tokens=64"]
     plan = costs.paper_plan(cheap, cell)
-    assert (plan["validation"], plan["val_max_new_tokens"], plan["val_rounds"]) == ("greedy", 64, 10)
+    assert (plan["validation"], plan["val_max_new_tokens"], plan["val_rounds"]) == ("greedy", 64, 20)
 
 
 def test_validation_hours_and_share_under_each_mode():

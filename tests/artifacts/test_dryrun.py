@@ -73,7 +73,8 @@ def test_one_dryrun_cell_at_bart_base_shape(tmp_path):
     assert row["step_s"] == pytest.approx(timed["time_s"] * (1 - share + share * row["scale"]), rel=1e-3)
     assert row["mfu_measured"] > 0 and row["peak_tflops"] > 0
     plan = costs.paper_plan(spec, cell)
-    assert plan["micro_batches"] == 20000 * 8 and plan["eval_docs"] == 972 + 973 and plan["max_input_tokens"] == 16384
+    # the lineage's budget: 10 epochs of GovReport's 17,457 training reports, one a micro-batch
+    assert plan["micro_batches"] == 10 * 17457 and plan["eval_docs"] == 972 + 973 and plan["max_input_tokens"] == 16384
     est = costs.estimate(row, plan)
     docs = plan["val_docs"] + plan["eval_docs"]
     assert est["total_s"] == pytest.approx(plan["micro_batches"] * row["step_s"] + docs * row["gen_s_doc"])
@@ -261,7 +262,7 @@ def test_a_dryrun_grid_writes_its_cost_table(tmp_path):
     assert rows["truncation"]["length_scaling"] == "bounded" and rows["sled"]["length_scaling"] == "linear"
     assert rows["sled"]["step_ckpt_s"] is not None and rows["truncation"]["step_ckpt_s"] is None
     plan = rows["sled"]["plan"]
-    assert (plan["micro_batches"], plan["eval_docs"], plan["max_input_tokens"]) == (160000, 1945, 16384)
+    assert (plan["micro_batches"], plan["eval_docs"], plan["max_input_tokens"]) == (174570, 1945, 16384)
     assert record["total_h"] == pytest.approx(sum(r["total_s"] for r in rows.values()) / 3600)
     text = written["md"].read_text()
     assert "| sled | GovReport shape |" in text and "not measured (no GPU was lent" in text

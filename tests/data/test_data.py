@@ -18,8 +18,8 @@ from conftest import ROOT, compose
 
 from scaleformer.config import DataConfig, SplitNames
 from scaleformer.data import Collator, DataError, HubUnavailableError, SummarizationDataModule, synthetic
-from scaleformer.data.encode import encode
-from scaleformer.data.examples import Row, to_rows
+from scaleformer.data.encode import encode_to
+from scaleformer.data.examples import Row, iter_rows, to_rows
 from scaleformer.data.sources import ROLES, HubSource, LocalSource, SyntheticSource
 from scaleformer.model.tokenizer import load_offline_tokenizer
 from scaleformer.runs.context import to_config
@@ -45,11 +45,12 @@ def encoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     calls: list[int] = []
 
-    def spy(examples, *args, **kwargs):
-        calls.append(len(examples))
-        return encode(examples, *args, **kwargs)
+    def spy(folder, examples, *args, **kwargs):
+        arrays, stats = encode_to(folder, examples, *args, **kwargs)
+        calls.append(len(arrays["input_index"]))
+        return arrays, stats
 
-    monkeypatch.setattr(datamodule, "encode", spy)
+    monkeypatch.setattr(datamodule, "encode_to", spy)
     return calls
 
 
@@ -409,7 +410,7 @@ def test_one_rows_loop_serves_every_source(tmp_path: Path, tok, monkeypatch: pyt
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")
     seen = []
-    monkeypatch.setattr(datamodule, "to_rows", lambda raw, cfg: seen.append(cfg.source) or to_rows(raw, cfg))
+    monkeypatch.setattr(datamodule, "iter_rows", lambda raw, cfg: seen.append(cfg.source) or iter_rows(raw, cfg))
     cfg = DataConfig(name="s", source="synthetic", cache_dir=str(tmp_path / "s"),
                      synthetic_docs={"train": 2, "validation": 4, "test": 1}, synthetic_words=150)
     syn = SummarizationDataModule(cfg, tok)
@@ -419,7 +420,7 @@ def test_one_rows_loop_serves_every_source(tmp_path: Path, tok, monkeypatch: pyt
     local.setup()
     hub = SummarizationDataModule(hub_files_cfg(tmp_path, {r: files / f"{r}.jsonl" for r in ROLES}), tok)
     hub.setup()
-    assert seen == ["synthetic"] * 3 + ["local"] * 3 + ["hub"] * 3
+    assert seen == ["synthetic"] * 6 + ["local"] * 6 + ["hub"] * 6  # each split checked, then tokenized
     for role in ROLES:
         want = syn.datasets[role]
         assert len(want) > 0
