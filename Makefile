@@ -71,7 +71,7 @@ COMPAT ?= newest lowest
 test-compat: setup  ## the compat tier in throwaway venvs per transformers release (COMPAT="newest lowest 5.20.0")
 	$(PY) scripts/compat_check.py $(COMPAT)
 
-table1: setup       ## results/table1.{md,csv,tex}  (PROFILE=paper|dryrun|tiny|smoke, FORCE=1, METHODS=all, OUT_DIR=dir, YES=1, LAUNCHER=slurm LAUNCHER_ARGS="hydra.launcher.partition=gpu")
+table1: setup       ## results/table1.{md,csv,tex}  (PROFILE=paper|dryrun|rehearsal|tiny|smoke, FORCE=1, METHODS=all, OUT_DIR=dir, YES=1, LAUNCHER=slurm LAUNCHER_ARGS="hydra.launcher.partition=gpu")
 	$(REPRO) table1
 
 table2: setup       ## results/table2.{md,csv,tex}
@@ -94,6 +94,13 @@ bench-step-compiled: setup   ## results/bench/step-compiled.{json,md}: the defau
 
 bench-compare: setup  ## results/bench/compare-memory.{json,md}: `scaleformer compare`'s peak memory and time up to 100,000 documents (~15 min)
 	$(PY) scripts/bench_compare.py
+
+.PHONY: rehearsal bench-read
+rehearsal: setup    ## the paper profile's path offline at the real lengths: local mirrors of SCROLLS and BookSum, table1, table2 and table_qa on BART-base/T5-base shapes (results/rehearsal_full/; hours on 2 cores; PROFILE=rehearsal: minutes)
+	@for a in table1 table2 table_qa; do $(PY) scripts/reproduce.py $$a --profile $(if $(filter command line environment,$(origin PROFILE)),$(PROFILE),rehearsal_full) $(if $(METHODS),--methods $(METHODS)) || exit 1; done
+
+bench-read: setup   ## results/bench/read-memory.{json,md}: peak memory of reading a NarrativeQA-like split as it grows, streaming vs in memory (~10 min)
+	$(PY) -m scaleformer.bench.read_memory --out results/bench/read-memory.json
 
 .PHONY: bench-eval
 bench-eval: setup  ## results/bench/batched-eval-cpu*.{json,md}: documents per second of 32 ledgers, one at a time vs batched: 32 and 64 forced tokens at 1 and 4 beams (the first also under glibc's default heap, the setting's before), and the tiny table's own decoding (~65 min)

@@ -314,13 +314,18 @@ def render_qa_seeds_by_window() -> str:
 
 
 def render_dryrun_costs() -> str:
-    """Hours of each artifact's paper profile and the memory of training at its longest documents."""
+    """The paper profile's hours on one GPU under its recipe (the bill), and the dry runs' memory at the longest
+    documents."""
+    from scaleformer.artifacts.bill import readme_summary
     from scaleformer.artifacts.cost_report import summary_markdown
 
     text = summary_markdown(RESULTS / "dryrun", ("table1", "table2", "figure2", "table_qa"), link="results/dryrun")
     if text is None:
         raise MissingResults("results/dryrun/: no cost table (make table1 PROFILE=dryrun)")
-    return text
+    memory = text[text.index("Peak GB to train"):].replace(
+        "Peak GB to train at the longest documents,", "Peak GB of a training step at the longest documents the dry "
+        "runs scaled to (BookSum's whole books: the recipe trains on their first 16,384 tokens, so an upper bound),", 1)
+    return readme_summary(_read_json(RESULTS / "dryrun" / "bill.json"), "results/dryrun") + "\n\n" + memory
 
 
 RENDERERS: dict[str, Callable[[], str]] = {

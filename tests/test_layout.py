@@ -36,7 +36,7 @@ LAYERS = [
     {"artifacts"},
     {"cli"},
 ]
-TOP_LEVEL_MODULES = {"__init__", "errors", "io", "progress", "registry", "resources", "config", "compose"}
+TOP_LEVEL_MODULES = {"__init__", "errors", "io", "progress", "registry", "resources", "compose"}
 TESTS = ROOT / "tests"
 # Test folders that are no subpackage: the repository's scripts/, and golden/'s pinned values (data).
 TEST_FOLDERS_BESIDE_THE_PACKAGE = {"scripts", "golden"}

@@ -121,7 +121,8 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str)
         if r.get("not_measured"):
             lines.append(f"| {r['method']} | {r['column']} | not measured (run {r['run_id']}) |" + " – |" * 11)
             continue
-        tokens = f"{r['tokens']:,}" + (f" -> {r['paper_tokens']:,}" if r["scale"] != 1 else "")
+        tokens = f"{r['tokens']:,}" + (f" -> {r['paper_tokens']:,}" if r["scale"] != 1 else "") + (
+            f" (trains on {r['train_tokens']:,})" if r.get("train_tokens", r["paper_tokens"]) < r["paper_tokens"] else "")
         gpu = "–" if not r.get("gpu_train_h") else f"{r['gpu_train_h'][0]:.1f}-{r['gpu_train_h'][1]:.1f}"
         lines.append(f"| {r['method']} | {r['column']} | {tokens} | {secs(r['step_s'])} | {secs(r['step_ckpt_s'])} "
                      f"| {fmt(r['train_peak_gb'])} | {fmt(r['train_peak_ckpt_gb'])} | {secs(r['gen_s_doc'])} "

@@ -137,6 +137,9 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
     """
     prof = check_profile(spec, profile)
     base = [f"backbone={backbone_option(spec, profile)}", f"tag={spec['artifact']}-{profile}", *prof["overrides"]]
+    mirror = prof.get("mirrors")
+    if mirror:  # a rehearsal: the real data options read local mirrors (scaleformer.data.mirrors), one folder a profile
+        base.append(f"data.files_base={mirror_root(profile)}/scrolls")
     cells = []
     if "sweeps" in spec:
         data = [f"data={prof['data']}", *prof.get("data_overrides", [])]
@@ -152,6 +155,8 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
         raise ValueError(f"profiles.{profile}.share_training={shared!r}: not one of the columns {spec['datasets']}")
     for ds in spec["datasets"]:
         data = [f"data={prof['data'][ds]}", *prof.get("data_overrides", {}).get(ds, [])]
+        if mirror and prof["data"][ds] in mirror.get("hub", {}):
+            data.append(f"data.hub_id={mirror_root(profile)}/{mirror['hub'][prof['data'][ds]]}")
         rows = select_methods(spec, methods)
         for seed in dict.fromkeys(s for m in rows for s in seeds(spec, profile, m)):
             for m in (m for m in rows if seed in seeds(spec, profile, m)):
@@ -166,6 +171,11 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
             if c.key != shared:
                 c.train_from = source[(c.method, c.seed)]
     return cells
+
+
+def mirror_root(profile: str) -> str:
+    """Where a rehearsal profile's mirrors are (``${paths.cache}``: resolved as each run composes it)."""
+    return "${paths.cache}/mirrors/" + profile
 
 
 def resolve_run_ids(cells: list[Cell], root: Path | None = None) -> None:

@@ -65,6 +65,25 @@ def _headline(result: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def prepare_mirrors(spec: dict[str, Any], profile: str, cells: list[Cell]) -> list[Path]:
+    """A rehearsal profile (``mirrors: {scale, docs}``) reads local mirrors of the real sources through the real
+    loaders (:mod:`scaleformer.data.mirrors`): write those its cells read and that are missing."""
+    from scaleformer.data import mirrors
+
+    spec_m = check_profile(spec, profile).get("mirrors")
+    if not spec_m:
+        return []
+    docs, scale = dict(spec_m.get("docs") or {}), float(spec_m.get("scale", 1.0))
+    seen, written = set(), []
+    for c in cells:
+        data = compose_config(c.overrides).data
+        key = (data.get("name"), data.get("files_base"), data.get("hub_id"))
+        if key not in seen:
+            seen.add(key)
+            written += mirrors.ensure(data, docs, scale)
+    return written
+
+
 def run_grid(spec: dict[str, Any], profile: str, root: Path, force: bool = False,
              methods: str | list[str] | None = None, log: Any = None) -> list[str]:
     """Run the grid's missing cells (all with ``force``) here, one after another; returns failures.
@@ -81,6 +100,8 @@ def run_grid(spec: dict[str, Any], profile: str, root: Path, force: bool = False
     # A shared-weights run starts from another run's checkpoint folder; Lightning says so, on purpose here.
     warnings.filterwarnings("ignore", message="The dirpath has changed from")
     cells = [c for c in expand_grid(spec, profile, methods) if c.available]
+    for path in prepare_mirrors(spec, profile, cells):
+        say(f"{spec['artifact']} ({profile}): wrote the local mirror {path}")
     resolve_run_ids(cells, root)
     todo = cells if force else [c for c in cells if not (c.result_dir / "metrics.json").exists()]
     todo.sort(key=lambda c: c.train_from is not None)  # weights first, then the cells that share them

@@ -14,7 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
+import shutil
 import stat
 import time
 from abc import ABC, abstractmethod
@@ -245,7 +247,7 @@ class HubSource(Source):
         return redact(f"data={c.name}: {what}")
 
     def _urls(self) -> list[str]:
-        urls = [u for u in _flat_strings(self.cfg.data_files or {}) if "://" in u]
+        urls = [u for u in _flat_strings(self.cfg.data_files or {}) if "://" in u and _local_member(u) is None]
         if self.cfg.hub_id not in _builders() and not Path(self.cfg.hub_id).exists():
             import huggingface_hub.constants as hc
 
@@ -265,9 +267,10 @@ class HubSource(Source):
 
     def check(self) -> None:
         """Probe the hub (or the data_files hosts); offline, leave it to the load: cached data may load."""
-        if self._reachable or hub_offline():
+        urls = self._urls()
+        if self._reachable or hub_offline() or not urls:  # no URL: every file is local (a mirror)
             return
-        reason = unreachable_reason(self._urls())
+        reason = unreachable_reason(urls)
         if reason:
             raise self._error(reason)
         self._reachable = True
@@ -282,7 +285,7 @@ class HubSource(Source):
             # Offline was requested after `datasets` was imported: it would still try the network.
             raise self._error("offline mode is enabled (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)")
         self.check()
-        data_files = json.loads(json.dumps(c.data_files)) if c.data_files else None
+        data_files = _extract_local(json.loads(json.dumps(c.data_files)), Path(c.cache_dir)) if c.data_files else None
         t0 = time.perf_counter()
         try:
             ds = datasets.load_dataset(c.hub_id, c.hub_config, revision=c.revision, data_files=data_files)
@@ -312,6 +315,51 @@ class HubSource(Source):
         c = self.cfg
         return {"hub_id": c.hub_id, "config": c.hub_config, "revision": c.revision,
                 "data_files": json.loads(json.dumps(c.data_files, sort_keys=True, default=str))}
+
+
+# A file inside a local archive, as fsspec chains it: zip://<member>::<path of the .zip>.
+_CHAINED = re.compile(r"^zip://(?P<member>[^:]+)::(?P<archive>.+)$")
+
+
+def _local_member(url: str) -> tuple[str, Path] | None:
+    """(member, archive) of a ``zip://<member>::<archive>`` whose archive is a local file (a mirror of a hub
+    dataset's zips), else None."""
+    m = _CHAINED.match(url)
+    if m is None or "://" in m["archive"]:
+        return None
+    return m["member"], Path(m["archive"]).expanduser()
+
+
+def _extract_local(files: Any, cache: Path) -> Any:
+    """``data_files`` with each member of a local archive extracted (once, keyed by the archive's bytes) and
+    named by its path: `datasets` treats a chained URL as remote and refuses it offline, so a local mirror of
+    SCROLLS' zips would need the network it stands in for. Hub URLs pass through unchanged."""
+    if isinstance(files, dict):
+        return {k: _extract_local(v, cache) for k, v in files.items()}
+    if isinstance(files, list):
+        return [_extract_local(v, cache) for v in files]
+    local = _local_member(files) if isinstance(files, str) else None
+    if local is None:
+        return files
+    member, archive = local
+    if not archive.is_file():
+        raise DataError(f"{archive}: no such archive (data_files {files!r})")
+    import zipfile
+
+    out = cache / "archives" / content_hash(archive)[:20] / member
+    if not out.is_file():
+        try:
+            with zipfile.ZipFile(archive) as z:
+                if member not in z.namelist():
+                    raise DataError(f"{archive}: no member {member!r} (it holds {sorted(z.namelist())[:8]})")
+                out.parent.mkdir(parents=True, exist_ok=True)
+                tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+                with z.open(member) as src, open(tmp, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                tmp.replace(out)
+        except zipfile.BadZipFile as e:
+            raise DataError(f"{archive}: not a zip archive ({e})") from None
+    return str(out)
 
 
 def make_source(cfg: DataConfig) -> Source:

@@ -195,9 +195,31 @@ def get_bertscorer(model: BertScoreModel, cfg: BertScoreConfig, device: str | No
             raise BertScoreModelError(
                 f"could not load BERTScore model {model.name!r} from {model.path!r} ({model.source}): "
                 f"{type(e).__name__}: {e}") from e
+        cap_window(_SCORERS[key])
         log.info("BERTScore: loaded %s (%s, layer %d) on %s in %.1fs", model.name, model.source,
                  model.num_layers, device, time.perf_counter() - start)
     return _SCORERS[key]
+
+
+# Families whose position table keeps 2 rows before the first token (RoBERTa's start at padding_idx + 1: 514 rows,
+# 512 tokens); BART offsets its positions inside the model, so its 1,024 are all usable.
+_OFFSET_FAMILIES = ("roberta", "xlm-roberta", "camembert", "longformer")
+
+
+def cap_window(scorer: Any) -> int | None:
+    """Cap the scorer's tokenizer window at the model's positions: bert-score truncates to the tokenizer's
+    ``model_max_length``, and a tokenizer that records none (transformers' 1e30 placeholder) makes it raise
+    ``OverflowError`` (Tiiiger/bert_score#205); a window past the positions would index past their table.
+    Returns the window (None when the model states no positions). bert-score keeps both on its scorer object."""
+    tok, model = getattr(scorer, "_tokenizer", None), getattr(scorer, "_model", None)
+    config = getattr(model, "config", None)
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if tok is None or not positions:
+        return None
+    window = int(positions) - (2 if getattr(config, "model_type", "") in _OFFSET_FAMILIES else 0)
+    if not isinstance(tok.model_max_length, int) or tok.model_max_length > window:
+        tok.model_max_length = window
+    return int(tok.model_max_length)
 
 
 def bertscore_hash(model: BertScoreModel, cfg: BertScoreConfig) -> str:

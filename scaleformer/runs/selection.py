@@ -63,7 +63,8 @@ class BestCheckpoint(pl.Callback):
         if self._better(score):
             self.best_score, self.best_step, self.stale = score, step, 0
             path = self.dirpath / "best.ckpt"
-            trainer.save_checkpoint(str(path))  # through the run's atomic checkpoint IO
+            # weights only (through the run's atomic checkpoint IO): it is evaluated, never resumed from
+            trainer.save_checkpoint(str(path), weights_only=True)
             self.best_path = str(path.resolve())
             log.info("validation at step %d: %s %.4g, the best so far (%s)", step, self.monitor, score, path)
             return

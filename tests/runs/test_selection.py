@@ -94,7 +94,7 @@ class _FakeTrainer:
     def __init__(self) -> None:
         self.global_step, self.callback_metrics, self.saved = 0, {}, []
 
-    def save_checkpoint(self, path: str) -> None:
+    def save_checkpoint(self, path: str, weights_only: bool = False) -> None:
         self.saved.append((self.global_step, path))
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(str(self.global_step))
