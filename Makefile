@@ -99,7 +99,7 @@ bench-compare: setup  ## results/bench/compare-memory.{json,md}: `scaleformer co
 rehearsal: setup    ## the paper profile's path offline at the real lengths: local mirrors of SCROLLS and BookSum, table1, table2 and table_qa on BART-base/T5-base shapes (results/rehearsal_full/; hours on 2 cores; PROFILE=rehearsal: minutes)
 	@for a in table1 table2 table_qa; do $(PY) scripts/reproduce.py $$a --profile $(if $(filter command line environment,$(origin PROFILE)),$(PROFILE),rehearsal_full) $(if $(METHODS),--methods $(METHODS)) || exit 1; done
 
-bench-read: setup   ## results/bench/read-memory.{json,md}: peak memory of reading a NarrativeQA-like split as it grows, streaming vs in memory (~10 min)
+bench-read: setup   ## results/bench/read-memory.{json,md}: peak memory of reading a NarrativeQA-like split as it grows, streaming vs in memory (~3 min)
 	$(PY) -m scaleformer.bench.read_memory --out results/bench/read-memory.json
 
 .PHONY: bench-eval

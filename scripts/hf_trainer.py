@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import re
 import sys
 from dataclasses import fields
@@ -174,6 +175,9 @@ def read_rows(path: str, flag: str, needed: dict[str, str]) -> list[dict[str, An
                 have = ", ".join(map(repr, row)) or "none"
                 raise ConfigError(f"{path}:{n}: field {field!r} missing or not a string ({named_by} names it; "
                                   f"the row's fields: {have})")
+            if not row[field].strip() and named_by in ("--input-field", "--target-field"):
+                what = "document" if named_by == "--input-field" else "reference"  # a score against nothing
+                raise ConfigError(f"{path}:{n}: field {field!r} ({named_by}) is empty: a row needs its {what}")
         rows.append(row)
     check(bool(rows), flag, path, "no rows (the file has no non-empty line)")
     return rows
@@ -230,9 +234,15 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: {redact(str(e).strip().splitlines()[0])}") from None
 
 
-def check_output(output: str) -> None:
-    """``--output`` is new, empty or a model folder: the save replaces it whole."""
+def check_output(output: str, model: str | None = None) -> None:
+    """``--output`` is new, empty or a model folder, and not the ``--model`` folder it starts from (nor a
+    folder around or inside it): the save replaces it whole."""
     out = Path(output)
+    if model and Path(model).exists():
+        src = Path(model).resolve()
+        check(not (out.resolve() == src or src.is_relative_to(out.resolve()) or out.resolve().is_relative_to(src)),
+              "--output", output, f"is (or holds, or is inside) the --model folder {model}, which the save would "
+                                  "replace with the trained model: give a new folder")
     check(not out.exists() or out.is_dir(), "--output", output, "is a file; give a folder for the trained model")
     check(not out.is_dir() or not any(out.iterdir()) or (out / "config.json").is_file(), "--output", output,
           "holds files that are not a model's, and the save replaces the folder whole; give a new folder")
@@ -249,8 +259,8 @@ def save(trainer: Any, output: str) -> None:
 
 def run(a: argparse.Namespace) -> int:
     check(a.steps >= 1, "--steps", a.steps, "must be >= 1")
-    check_output(a.output)
-    check(a.lr > 0, "--lr", a.lr, "must be > 0")
+    check_output(a.output, a.model)
+    check(math.isfinite(a.lr) and a.lr > 0, "--lr", a.lr, "must be a finite number > 0")
     check(a.validation is None or a.train is not None, "--validation", a.validation,
           "needs --train (alone it would evaluate a model trained on generated ledgers)")
     settings = method_settings(a.method, parse_set(a.set))

@@ -37,7 +37,7 @@ CEILING = "truncation_ceiling"
 
 from scaleformer.artifacts.scores_archive import recheck_all  # noqa: E402
 from scaleformer.artifacts.significance import mark_meaning, seed_spread, seeds_agree  # noqa: E402
-from scaleformer.io import atomic_write_text  # noqa: E402
+from scaleformer.io import atomic_write_bytes, atomic_write_text  # noqa: E402
 
 
 class MissingResults(Exception):
@@ -363,6 +363,42 @@ def render_page(text: str, page: str) -> str:
     return BLOCK.sub(one, text)
 
 
+def restate_checked(target: str) -> None:
+    """``--restate [SUB/]ARTIFACT``: the table restated into a copy of ``results/``, every page's blocks rendered
+    from that copy, and only then the table's three files put in place: a restatement that a block cannot
+    render (a table cut to its header, an unknown name) writes nothing."""
+    import shutil
+    import tempfile
+
+    from scaleformer.artifacts.grid import load_spec
+
+    global RESULTS
+    sub, _, name = target.rpartition("/")  # table_qa_seeds/table_qa: a table rendered apart
+    names = sorted(p.stem for p in (ROOT / "experiments").glob("*.yaml"))
+    if name not in names or any(part in ("", ".", "..") for part in Path(sub).parts if sub):
+        raise ValueError(f"must be [SUB/]ARTIFACT, an artifact of {', '.join(names)} below results/tiny/")
+    folder = (RESULTS / "tiny" / sub).resolve()
+    if not folder.is_relative_to((RESULTS / "tiny").resolve()) or not (folder / f"{name}.csv").is_file():
+        raise ValueError(f"no {name}.csv in {folder}")
+    from scaleformer.artifacts.figures import restate_figure
+    from scaleformer.artifacts.restate import restate
+
+    spec = load_spec(ROOT / "experiments" / f"{name}.yaml")
+    real = RESULTS
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / "results"
+        shutil.copytree(RESULTS, staged, symlinks=True)
+        written = (restate_figure if "sweeps" in spec else restate)(spec, "tiny", staged / "tiny" / sub)
+        RESULTS = staged
+        try:
+            for page in PAGES:  # every block must render from the restated table
+                render_page((ROOT / page).read_text(encoding="utf-8"), page)
+        finally:
+            RESULTS = real
+        for path in written.values():
+            atomic_write_bytes(real / path.relative_to(staged), path.read_bytes())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="report blocks that differ from their files, and "
@@ -370,15 +406,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--restate", metavar="[SUB/]ARTIFACT", help="rewrite results/tiny/[SUB/]ARTIFACT.{md,csv,tex} "
                     "under the current statistics rules (scaleformer.artifacts.restate), then render the blocks")
     args = ap.parse_args(argv)
-    if args.restate:
-        from scaleformer.artifacts.grid import load_spec
-        from scaleformer.artifacts.restate import restate
-
-        sub, _, name = args.restate.rpartition("/")  # table_qa_seeds/table_qa: a table rendered apart
-        restate(load_spec(ROOT / "experiments" / f"{name}.yaml"), "tiny", RESULTS / "tiny" / sub)
-    if args.check and (problems := recheck_all(RESULTS / "tiny")):
-        print("error: statistics differ from the archived per-document scores:\n  " + "\n  ".join(problems),
-              file=sys.stderr)
+    if args.restate is not None:
+        try:
+            restate_checked(args.restate)
+        except (MissingResults, ValueError, OSError) as e:
+            print(f"error: --restate {args.restate}: {e}; nothing was written", file=sys.stderr)
+            return 1
+    try:
+        problems = recheck_all(RESULTS / "tiny") if args.check else []
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if problems:  # one line each, the table or file named in it
+        for p in problems:
+            print(f"error: {p}", file=sys.stderr)
         return 1
     stale = []
     for page in PAGES:

@@ -40,6 +40,9 @@ def check_record(result: Any, run: str) -> None:
 Problem = tuple[str, Any, str] | None
 _POSITIVE = "must be a positive, finite number"
 _AT_LEAST_0 = "must be a finite number >= 0"
+# Seconds no micro-batch or document takes (a week): a larger one is a unit slip or a corrupt record, and sums
+# of such numbers overflow the table's arithmetic to inf and NaN.
+MAX_SECONDS = 7 * 24 * 3600.0
 
 
 def _number(row: dict[str, Any], key: str, where: str, positive: bool = False, required: bool = False) -> Problem:
@@ -48,6 +51,8 @@ def _number(row: dict[str, Any], key: str, where: str, positive: bool = False, r
     v = row[key]
     if not finite(v) or (v <= 0 if positive else v < 0):
         return f"{where}.{key}", v, _POSITIVE if positive else _AT_LEAST_0
+    if key.endswith("_s") and v > MAX_SECONDS:
+        return f"{where}.{key}", v, f"must be at most {MAX_SECONDS:,.0f} s (a week)"
     return None
 
 
@@ -84,6 +89,8 @@ def _problem(cost: dict[str, Any], result: Any) -> Problem:
                 p = f"{where}.checkpoint_chunks", s.get("checkpoint_chunks"), "missing or not true/false"
         if not p and groups and (not isinstance(s.get("group"), int) or not 0 <= s["group"] < len(groups)):
             p = f"{where}.group", s.get("group"), f"must index train_groups (0-{len(groups) - 1})"
+        if not p and groups and not s.get("warmup") and not isinstance(s.get("phases"), dict):
+            p = f"{where}.phases", s.get("phases"), "missing: a timed micro-batch's phases (data, forward, ...)"
         if not p and not all(finite(v) for v in (s.get("phases") or {}).values()):
             p = f"{where}.phases", s["phases"], "must hold finite seconds"
         if p:

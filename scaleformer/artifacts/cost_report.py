@@ -74,7 +74,8 @@ def steady_state_lines(rows: list[dict[str, Any]]) -> list[str]:
                    f"| {secs(r['step_measured_s'])} ({secs(r['step_iqr_s'])}) | {secs(r['fixed_s'])} + "
                    f"{secs(r['per_1k_tokens_s'])} | {_pct(r['mfu_measured'])} / {_pct(r['mfu'])} | {phases} "
                    f"| {fmt(r.get('syncs_per_step'), '{:d}')} |")
-    return out
+    notes = [f"- {r['method']} on {r['column']}: {r['fit_note']}" for r in steady if r.get("fit_note")]
+    return out + (["", "Fits read with care:", *notes] if notes else [])
 
 
 def _validation(r: dict[str, Any]) -> str:

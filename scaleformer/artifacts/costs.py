@@ -241,6 +241,11 @@ def estimate(m: dict[str, Any], plan: dict[str, Any] | None, method: str = "",
     the MFU range, the source stated either way."""
     if plan is None or m["step_s"] is None:
         return {"total_s": None, "arithmetic": "no paper profile" if plan is None else "no timed step"}
+    bad = next(((k, m.get(k)) for k in ("step_s", "gen_s_doc") if m.get(k) is not None
+                and not (finite(m[k]) and m[k] > 0)), None)
+    if bad:  # a time that is not a positive number never becomes a total (a negative one would shorten it)
+        return {"total_s": None, "arithmetic": f"refused: {bad[0]}={bad[1]!r} at the paper's length is not a positive "
+                "number of seconds"}
     if plan.get("micro_batches") is None:  # a budget in epochs of a training set of unknown size
         return {"total_s": None, "arithmetic": f"{plan.get('epochs')} epochs of a training set of unknown size "
                 "(the dry run's paper_train_docs names none for this column)"}

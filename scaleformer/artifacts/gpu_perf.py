@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import tempfile
 import time
 from collections.abc import Sequence
@@ -55,7 +56,9 @@ from scaleformer.artifacts.cost_report import build_costs
 from scaleformer.artifacts.grid import expand_grid, load_spec, resolve_run_ids
 from scaleformer.artifacts.gridrun import run_grid
 from scaleformer.bench.step import COMPILED, VARIANTS, logged_every_micro_batch, variant_overrides
+from scaleformer.errors import ConfigError
 from scaleformer.io import atomic_write_text
+from scaleformer.model.backbone import check_compile_backend
 from scaleformer.ops.host_memory import keep_freed_memory
 from scaleformer.resources import experiments_dir
 from scaleformer.runs import cost_fit
@@ -278,6 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gpu_perf", description="table1's training cells, optimisations off and on.")
     ap.add_argument("--out", default=str(Path("results") / "gpu-perf" / time.strftime("%Y-%m-%d")))
     ap.add_argument("--tiny", action="store_true", help="tiny shapes on any device (the test tier's CPU run)")
+    ap.add_argument("--cpu", action="store_true", help="the paper's shapes without a GPU (slow: a rehearsal of a window)")
     ap.add_argument("--runs", help="where the runs go (default: a temporary folder)")
     ap.add_argument("--tables", help="where the rebuilt cost table goes (default: results/dryrun on a GPU, OUT "
                     "with --tiny or without one)")
@@ -310,6 +314,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.compile_backend is not None and args.compile_backend not in torch.compiler.list_backends(exclude_tags=()):
         ap.error(f"--compile-backend={args.compile_backend}: must name a torch.compile backend (e.g. inductor, "
                  "cudagraphs)")
+    if args.compile_backend is not None and "compiled" in variants:
+        try:  # listed is not installed (tvm): the compiled cells would fail one by one, each an empty row
+            check_compile_backend("--compile-backend", args.compile_backend)
+        except ConfigError as e:
+            ap.error(str(e))
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        ap.error(f"--out={args.out}: is a file; give a folder for gpu-perf.{{json,md}}")
+    if (out / "gpu-perf.json").exists():  # a window's measured cells are the costliest files the project has
+        ap.error(f"--out={args.out}: already holds gpu-perf.json (an earlier call's cells); give another folder, "
+                 f"e.g. --out {args.out}-2")
+    if args.budget_s is not None and not (math.isfinite(args.budget_s) and args.budget_s > 0):
+        ap.error(f"--budget-s={args.budget_s}: must be a finite number of seconds > 0")
+    if not math.isfinite(args.gen_budget_s):
+        ap.error(f"--gen-budget-s={args.gen_budget_s}: must be a finite number of seconds")
+    if not args.tiny and not torch.cuda.is_available() and not args.cpu:
+        ap.error("no GPU here: gpu_perf measures table1's cells at the paper's shapes on a GPU (about 20 min on this "
+                 "kind of CPU); --tiny runs the test tier's shapes, --cpu the paper's shapes here anyway")
     parts = [p for p in args.parts.split(",") if p]
     if not parts or set(parts) - set(PARTS):
         ap.error(f"--parts={args.parts}: must name some of {', '.join(PARTS)}")
@@ -322,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.gen_budget_s < 0:
         ap.error(f"--gen-budget-s={args.gen_budget_s}: must be >= 0")
     gen_parts = [p for p in parts if p in gpu_perf_generate.PARTS]
-    out, started = Path(args.out), time.time()
+    started = time.time()
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     share = args.gen_budget_s if gen_parts else 0.0
     deadline = started + max(0.0, args.budget_s - share) if args.budget_s is not None else None

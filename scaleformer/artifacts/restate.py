@@ -29,12 +29,15 @@ FLOATS = ("ours", "paper", "diff", "ci_low", "ci_high", "diff_vs_baseline", "dif
 INTS = ("n_docs", "n_seeds")
 
 
-def _parse(row: dict[str, str]) -> dict[str, Any]:
+def _parse(row: dict[str, str], where: str = "") -> dict[str, Any]:
     out: dict[str, Any] = dict(row)
-    for k in FLOATS:
-        out[k] = float(row[k]) if row.get(k) not in (None, "") else None
-    for k in INTS:
-        out[k] = int(float(row[k])) if row.get(k) not in (None, "") else None
+    for k in (*FLOATS, *INTS):
+        try:
+            v = float(row[k]) if row.get(k) not in (None, "") else None
+        except ValueError:
+            raise ValueError(f"{where}: {row.get('split')} {row.get('method')} {row.get('dataset')} {row.get('metric')}: "
+                             f"{k}={row[k]!r} is not a number") from None
+        out[k] = int(v) if k in INTS and v is not None else v
     out["significant"] = {"True": True, "False": False}.get(row.get("significant", ""))
     return out
 
@@ -71,11 +74,11 @@ def restate(spec: dict[str, Any], profile: str, out_dir: Path) -> dict[str, Path
         fresh, _ = reannotate(spec, table, archived, problems, csv_path.name)
         if problems:
             raise ValueError(f"{csv_path}: cannot restate from {archived}: " + "; ".join(problems))
-        rows = [_parse(r) | f for r, f in zip(table, fresh, strict=True)]
+        rows = [_parse(r, csv_path.name) | f for r, f in zip(table, fresh, strict=True)]
         note = (f"Restated from the archived per-document scores (`scores/{name}/`) under the current rules: every "
                 "interval, p-value and mark recomputed as a rebuild from the runs would; means and runs unchanged.")
     else:
-        rows = restate_rows([_parse(r) for r in table])
+        rows = restate_rows([_parse(r, csv_path.name) for r in table])
         note = ("Restated from this table's CSV (its runs' per-document scores are not in the repository): Holm's "
                 "family is the test split's comparisons, shares use Clopper-Pearson and a score at 0 or 100 on "
                 "every document its exact bound; every other interval and every p-value is as its runs computed "

@@ -61,8 +61,25 @@ def _archived(scores_dir: Path, row: dict[str, Any], split: str, name: str,
         if not path.exists():
             problems.append(f"{name}: {path} is missing (a cell's scores are not archived)")
             return None
-        per_seed.append({str(s["id"]): s for _, s in iter_jsonl(path)})
+        per_seed.append(read_archived(path))
     return per_seed
+
+
+def read_archived(path: Path) -> dict[str, dict[str, Any]]:
+    """An archived scores file: a regular file (a link out of the archive is not followed) of JSON objects,
+    each with an ``id`` and finite numbers for its scores; else ValueError naming the file and line."""
+    if path.is_symlink() or not path.is_file():
+        raise ValueError(f"{path}: not a regular file (an archive holds its scores, it links to nothing)")
+    out = {}
+    for n, row in iter_jsonl(path, ValueError):
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str | int) or isinstance(row.get("id"), bool):
+            raise ValueError(f"{path}:{n}: each line must be a JSON object with an id")
+        bad = next((k for k, v in row.items() if k != "id" and not k.startswith("_")  # _reference_sha: a digest
+                    and not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v))), None)
+        if bad is not None:
+            raise ValueError(f"{path}:{n}: document {row['id']!r}: score {bad}={row[bad]!r} is not a finite number")
+        out[str(row["id"])] = row
+    return out
 
 
 def _value(x: Any) -> Any:
@@ -146,9 +163,21 @@ def recheck_all(tables: Path) -> list[str]:
     from scaleformer.resources import experiments_dir
 
     problems = []
+    known = {p.stem for p in experiments_dir().glob("*.yaml")}
     for folder in sorted([*(tables / "scores").glob("*"), *tables.glob("*/scores/*")]):
-        if folder.is_dir():
-            spec = load_spec(experiments_dir() / f"{folder.name}.yaml")
-            check = recheck_figure if "sweeps" in spec else recheck
-            problems += check(spec, folder.parent.parent / f"{folder.name}.csv", folder)
+        if not folder.is_dir():
+            continue
+        if folder.name not in known:  # a stray folder: said, not read
+            problems.append(f"{folder}: no artifact {folder.name!r} (experiments/ has {', '.join(sorted(known))})")
+            continue
+        table = folder.parent.parent / f"{folder.name}.csv"
+        if not table.is_file():
+            problems.append(f"{table}: missing, while its scores are archived in {folder}")
+            continue
+        spec = load_spec(experiments_dir() / f"{folder.name}.yaml")
+        check = recheck_figure if "sweeps" in spec else recheck
+        try:
+            problems += check(spec, table, folder)
+        except (ValueError, KeyError, TypeError) as e:  # a malformed file: one line naming it, not a traceback
+            problems.append(f"{table}: cannot be rechecked: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
     return problems

@@ -108,7 +108,14 @@ def _edge_ci(values: list[list[float]], metric: str) -> Interval | None:
 
 
 def cell_interval(values: list[list[float]], metric: str = "") -> tuple[Interval, dict[str, Any]]:
-    """A cell's interval from ``values [seeds, docs]`` and what it rests on (module docstring)."""
+    """A cell's interval from ``values [seeds, docs]`` and what it rests on (module docstring). A bounded
+    score outside [0, 100] is refused (an interval of it would come out with its low above its high); every
+    interval of a bounded score is kept inside that range."""
+    if metric in BOUNDED:
+        bad = [v for row in values for v in row if not 0.0 <= v <= 100.0]
+        if bad:
+            raise ValueError(f"cell_interval: {metric} score {bad[0]!r} is outside [0, 100] ({len(bad)} of "
+                             f"{sum(map(len, values))} scores): not a {metric} in points")
     per_doc = [sum(col) / len(col) for col in zip(*values)]
     edge = _edge_ci(values, metric)
     if len(values) >= 2 and len(values[0]) >= 2:
@@ -123,7 +130,10 @@ def cell_interval(values: list[list[float]], metric: str = "") -> tuple[Interval
         return proportion_ci(round(sum(per_doc) / scale), len(per_doc), scale), {}
     if edge is not None:
         return edge, {}
-    return (small_ci(per_doc) if len(per_doc) < SMALL_N else mean_ci(per_doc)), {}
+    ci = small_ci(per_doc) if len(per_doc) < SMALL_N else mean_ci(per_doc)
+    if metric in BOUNDED:  # as the several-seed path: t and a bootstrap know no range
+        ci = replace(ci, low=max(ci.low, 0.0), high=min(ci.high, 100.0))
+    return ci, {}
 
 
 def _matrix(seed_scores: Sequence[dict[str, dict[str, Any]]], metric: str,

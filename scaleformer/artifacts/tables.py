@@ -39,12 +39,11 @@ from scaleformer.artifacts.significance import (
     MARK,
     annotate,
     cell_text,
-    point_fields,
     read_scores,
     seed_counts,
     table_caption,
 )
-from scaleformer.io import atomic_write_bytes, atomic_write_text
+from scaleformer.io import atomic_write_text
 from scaleformer.runs.results import FILE as RESULTS_FILE
 from scaleformer.runs.results import Results
 
@@ -320,81 +319,3 @@ def build_table(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
         "csv": atomic_write_text(out_dir / f"{name}.csv", render_csv(rows)),
         "tex": atomic_write_text(out_dir / f"{name}.tex", render_latex(spec, rows, profile)),
     }
-
-
-def build_figure(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,
-                 methods: str | list[str] | None = None) -> dict[str, Path]:
-    """Write <artifact>.png (one panel per sweep, ours vs the paper's stated points) and its CSV."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cells = expand_grid(spec, profile)
-    resolve_run_ids(cells, root)
-    got = collect(cells, lambda key: f"{spec['sweeps'][key]['key']}")
-    extra = [m for m in profile_metrics(spec, profile) if m != spec["metric"]]
-    points: dict[tuple[str, Any], list[Cell]] = {}
-    for c in cells:
-        points.setdefault((c.key, c.value), []).append(c)
-    rows = []
-    for (key, value), group in points.items():  # one point per sweep value: the mean over the spec's seeds
-        results = [got.results.get((c.key, c.method, c.value, c.seed)) for c in group]
-        ms = [(r.splits.get(spec["split"]) or {}) if r else {} for r in results]
-
-        def mean(metric: str, ms: list[dict[str, Any]] = ms) -> float | None:
-            vals = [_num(m.get(metric)) for m in ms]
-            return None if None in vals else sum(vals) / len(vals)
-
-        paper = (spec.get("paper", {}).get(key) or {}).get(value)
-        row = {"sweep": key, "key": spec["sweeps"][key]["key"], "value": value,
-               "ours": mean(spec["metric"]), "paper": _num(paper),
-               **{metric: mean(metric) for metric in extra},
-               "status": "ok" if mean(spec["metric"]) is not None else "missing",
-               "run_id": ";".join(c.run_id or "" for c in group),
-               "evaluation": ";".join(c.result_dir.name if c.result_dir else "" for c in group),
-               "commit": ";".join(dict.fromkeys(r.commit for r in results if r)),
-               "seeds": ";".join(str(c.seed) for c in group if c.seed is not None),
-               "ci_low": None, "ci_high": None, "ci_method": None, "n_docs": None, "n_seeds": None,
-               **{f"{m}_{end}": None for m in extra for end in ("ci_low", "ci_high")}}
-        # the point's interval from its runs' per-document scores (none where a run wrote none)
-        seed_scores = [read_scores(c.result_dir, spec["split"]) for c in group]
-        if row["status"] == "ok" and all(seed_scores):
-            row.update({k: v for k, v in point_fields(spec["metric"], extra, seed_scores).items()
-                        if k != "ours" and k not in extra})
-        rows.append(row)
-    panels = [spec["metric"], *extra]  # one row of panels per metric
-    labels = spec.get("metric_labels", {})
-    fig, axes = plt.subplots(len(panels), len(spec["sweeps"]), squeeze=False,
-                             figsize=(4.2 * len(spec["sweeps"]), 3.4 * len(panels)))
-    for row, metric in enumerate(panels):
-        for ax, (name, sweep) in zip(axes[row], spec["sweeps"].items()):
-            pts = [r for r in rows if r["sweep"] == name]
-            col = "ours" if metric == spec["metric"] else metric
-            ours = [(r["value"], r[col]) for r in pts if r[col] is not None]
-            paper = [(r["value"], r["paper"]) for r in pts if r["paper"] is not None] if col == "ours" else []
-            if ours:
-                ax.plot(*zip(*ours), "o-", label=f"ours ({profile})")
-            lo, hi = ("ci_low", "ci_high") if col == "ours" else (f"{metric}_ci_low", f"{metric}_ci_high")
-            bars = [r for r in pts if r[col] is not None and r[lo] is not None]
-            if bars:  # the 95% interval of each point (scaleformer.artifacts.significance.point_fields)
-                ax.errorbar([r["value"] for r in bars], [r[col] for r in bars], fmt="none", capsize=2, color="C0",
-                            yerr=[[r[col] - r[lo] for r in bars], [r[hi] - r[col] for r in bars]],
-                            label="95% interval")
-            if paper:
-                ax.plot(*zip(*paper), "s", color="black", fillstyle="none", label="paper (stated in text)")
-            ax.set_title(sweep["label"])
-            ax.set_xlabel(sweep["key"])
-            ax.set_ylabel(labels.get(metric, metric))
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-    fig.suptitle(title(spec, profile), fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    name = spec["artifact"]
-    archive(spec, rows, {c.run_id: c.result_dir for c in cells if c.run_id and c.result_dir},
-            out_dir / "scores" / name)
-    return {"png": atomic_write_bytes(out_dir / f"{name}.png", buf.getvalue()),
-            "csv": atomic_write_text(out_dir / f"{name}.csv", render_csv(rows))}

@@ -1,9 +1,9 @@
 """Peak memory of reading one split as the split grows: a NarrativeQA-like file, questions that each carry their
 whole book (SCROLLS' layout), read by the data module (streaming: every row checked, then tokenized as it comes,
-each book stored once) against the whole split in memory (its rows, then its examples, then every example's
-tokens: how splits were read before).
+each book stored once) against the whole split in memory (its rows and examples: how splits were read before;
+the tokens stored once per book in both).
 
-    python -m scaleformer.bench.read_memory --out results/bench/read-memory.json   (~10 min on 2 cores)
+    python -m scaleformer.bench.read_memory --out results/bench/read-memory.json   (~3 min on 2 cores)
 
 Each reading runs in a process of its own; the peak is the growth of its resident set (VmHWM) over what it held
 before reading (torch, transformers and the tokenizer loaded), so allocator state from another reading cannot
@@ -109,8 +109,10 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                      f"| {m['peak_growth_mb']:,.0f} | {m['seconds']:.1f} |")
     lines += ["", "Streaming (the data module since the paper profile's recipe) checks every row, then tokenizes as "
               "rows come, each book once, its ids written to the cache as they are made: its peak does not follow the "
-              "file. In memory (how splits were read before): every row's text, every example, every example's "
-              "tokens at once."]
+              "file. In memory (the reading before): every row's text and every example at once (their tokens stored "
+              "once per book, as now: the reading before also held a copy per question, so its peak was higher)."
+              " A NarrativeQA split holds every book once per question: the in-memory reading grows with the file, "
+              "streaming holds a batch of books."]
     return "\n".join(lines) + "\n"
 
 

@@ -21,9 +21,10 @@ from pathlib import Path
 
 from scaleformer.artifacts.cost_report import build_costs
 from scaleformer.artifacts.costs import paper_estimate
+from scaleformer.artifacts.figures import build_figure
 from scaleformer.artifacts.grid import load_spec, select_methods
 from scaleformer.artifacts.gridrun import launch, run_grid
-from scaleformer.artifacts.tables import build_figure, build_table
+from scaleformer.artifacts.tables import build_table
 from scaleformer.errors import UserError
 from scaleformer.ops.host_memory import keep_freed_memory
 from scaleformer.resources import experiments_dir

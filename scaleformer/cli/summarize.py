@@ -128,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         refuse_overwrite({"--output": out}, {"the --input file": src}, {"the --model folder": args.model})
     except ConfigError as e:
         raise SystemExit(f"error: {e}") from None
+    if out is not None and Path(out).is_dir():  # the summaries are one file: a folder cannot take them
+        raise SystemExit(f"error: --output {out}: is a folder; give a file (.txt for a .txt input, .jsonl for a "
+                         ".jsonl one)")
     _check_device(args.device)
     _check_method(args.method)
     text = _read_text(src) if src.suffix == ".txt" else None

@@ -61,12 +61,58 @@ def check_overrides(args: list[str]) -> None:
         if arg.startswith("-") or "=" not in arg:
             continue
         try:
-            parser.parse_override(arg)
+            override = parser.parse_override(arg)
         except HydraException as e:
             key = arg.split("=", 1)[0]
             why = str(e).strip().splitlines()[0]
             raise SystemExit(f"error: {redact(arg)!r}: not a valid override of {key} ({why}); quote a value with "
                              f"special characters: {key}='...'") from None
+        if (line := key_problem(override)) is not None:
+            raise SystemExit(f"error: {redact(line)}")
+
+
+def _group_fields() -> dict[str, dict[str, list[str]]]:
+    """Per config group with a schema: each key and its type as the dataclasses declare it (a method's: any
+    registered method's)."""
+    import dataclasses
+
+    from scaleformer.config import BackboneConfig, DataConfig, GenerationConfig, OptimConfig, TrainerConfig
+    from scaleformer.methods import REGISTRY
+
+    schemas = {"data": [DataConfig], "trainer": [TrainerConfig], "optim": [OptimConfig],
+               "generation": [GenerationConfig], "backbone": [BackboneConfig], "method": [m.Config for m in REGISTRY.values()]}
+    out: dict[str, dict[str, list[str]]] = {}
+    for group, classes in schemas.items():
+        for cls in classes:
+            for f in dataclasses.fields(cls):
+                out.setdefault(group, {}).setdefault(f.name, []).append(str(f.type).replace(" ", ""))
+    return out
+
+
+def key_problem(override: Any) -> str | None:
+    """A key no schema of its group has (with the closest that exists: Hydra's own message names none), or a
+    switch given a number (OmegaConf reads ``method.checkpoint_chunks=2`` as true); None when fine. The
+    trainer group passes unknown keys to Lightning, so only its named switches are checked."""
+    import difflib
+
+    key = override.key_or_group.lstrip("+~")
+    group, _, rest = key.partition(".")
+    fields = _group_fields().get(group)
+    if not rest or fields is None or override.is_delete():
+        return None
+    leaf = rest.split(".", 1)[0]
+    if leaf not in fields:
+        if group == "trainer" or override.is_add():
+            return None
+        near = difflib.get_close_matches(leaf, list(fields), n=1)
+        return (f"{key}: the {group} group has no key {leaf!r}" + (f"; did you mean {group}.{near[0]}?" if near else
+                f"; its keys: {', '.join(sorted(fields))}"))
+    if "." in rest or override.is_sweep_override():
+        return None
+    value = override.value()
+    if all(t in ("bool", "bool|None") for t in fields[leaf]) and value is not None and not isinstance(value, bool):
+        return f"{key}={value!r}: must be true or false" + (" (or null)" if "bool|None" in fields[leaf] else "")
+    return None
 
 
 def _compositions(argv: list[str]) -> tuple[Any, list[list[str]]]:
@@ -153,6 +199,17 @@ def config_file_error(e: BaseException, config_dir: str | None = None) -> str | 
             except UnicodeDecodeError as u:
                 return redact(f"{path}: not UTF-8 text (byte 0x{data[u.start]:02x} at offset {u.start}); "
                               "config files are read as UTF-8")
+    if config_dir and "is not a subclass of" in " ".join(map(str, seen)):  # a file that is YAML but no mapping
+        from pathlib import Path
+
+        for path in sorted(Path(config_dir).rglob("*.y*ml")):
+            try:
+                doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (yaml.YAMLError, UnicodeDecodeError, OSError):
+                continue
+            if doc is not None and not isinstance(doc, dict):
+                return redact(f"{path}: holds a YAML {type(doc).__name__}, not a mapping of keys: a config file is "
+                              "`key: value` lines")
     return None
 
 

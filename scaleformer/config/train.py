@@ -34,6 +34,10 @@ class OptimConfig:
               "must be in [0, 1) (a share of the optimiser steps) or null")
 
 
+# A line of a step's cost over its input length needs lengths this far apart (longest / shortest): closer, a
+# step's noise decides the slope (scaleformer.runs.cost_fit).
+COST_MIN_SPREAD = 1.25
+
 # Lightning precision strings; "auto" (ours) picks bf16-mixed on GPUs that have it, else 32-true.
 PRECISIONS = ("auto", "64-true", "64", "32-true", "32", "16-mixed", "16-true", "bf16-mixed", "bf16-true",
               "transformer-engine", "transformer-engine-float16")
@@ -110,6 +114,9 @@ class TrainerConfig:
         _positive("trainer.cost_repeats", self.cost_repeats)
         check(bool(self.cost_lengths) and all(0 < x <= 1 for x in self.cost_lengths), "trainer.cost_lengths",
               self.cost_lengths, "must be fractions in (0, 1] of the batch's length, at least one")
+        check(len(self.cost_lengths) < 2 or max(self.cost_lengths) >= COST_MIN_SPREAD * min(self.cost_lengths),
+              "trainer.cost_lengths", self.cost_lengths, f"must be at least {COST_MIN_SPREAD}x apart (longest over "
+              "shortest) to separate a step's fixed cost from its per-token cost, e.g. [1.0, 0.5]")
         schedule = 2 * len(self.cost_lengths) * (self.cost_warmup + self.cost_repeats)  # chunked: 2 settings
         check(not self.measure_cost or self.max_steps == -1 or self.max_steps * self.accumulate_grad_batches >= schedule,
               "trainer.max_steps", self.max_steps, f"must cover trainer.measure_cost's schedule: {schedule} micro-batches "

@@ -97,8 +97,16 @@ class Summarizer:
                              "there is no scaleformer.json): name the method to read it with, e.g. --method sled")
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
         register()
-        model, info = AutoModelForSeq2SeqLM.from_pretrained(str(path), use_safetensors=True,  # data, never code
-                                                            output_loading_info=True)
+        try:
+            model, info = AutoModelForSeq2SeqLM.from_pretrained(str(path), use_safetensors=True,  # data, never code
+                                                                output_loading_info=True)
+        except RuntimeError as e:  # weights of other shapes than config.json says (a vocabulary size, a width)
+            if "size mismatch" not in str(e) and "ignore_mismatched_sizes" not in str(e):
+                raise
+            what = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln or "shape" in ln),
+                        str(e).strip().splitlines()[0])
+            raise ValueError(f"{path}: its weights do not match its config.json ({what[:200]}): the config and "
+                             "model.safetensors come from different models") from None
         # A format-1 folder loads the bare backbone; the model class checks its own weights (from_pretrained).
         if missing := sorted(info.get("missing_keys") or []):
             raise ValueError(f"{path}/model.safetensors: {len(missing)} weights missing (e.g. {missing[0]}); "
@@ -218,7 +226,30 @@ def check_folder(folder: Path) -> str:
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise FileNotFoundError(f"{folder}: no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...); save the "
                                 "tokenizer beside the model: tokenizer.save_pretrained(DIR)")
+    check_weights(folder)
     return str(config.get("model_type") or "untyped")
+
+
+def check_weights(folder: Path) -> None:
+    """Weights in safetensors, readable as such, else one line: a pickle (``pytorch_model.bin``) is never read
+    (unpickling can run code), and a ``.safetensors`` file that is not one would stop deep in the loader."""
+    import struct
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        pickles = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pt*"))
+        raise ValueError(f"{folder}: no model.safetensors" + (f" (it has {', '.join(pickles)}: a pickle, which "
+                         "scaleformer never reads, since unpickling can run code; convert it with "
+                         "model.save_pretrained(DIR, safe_serialization=True) where you trust it)" if pickles else
+                         "; save the model with save_pretrained"))
+    for path in files:  # safetensors: an 8-byte little-endian header length, then that much JSON
+        with open(path, "rb") as f:
+            head = f.read(8)
+            n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+            ok = 0 < n <= path.stat().st_size - 8 and f.read(1) == b"{"
+        if not ok:
+            raise ValueError(f"{path}: not a safetensors file (its header says {n} bytes in a file of "
+                             f"{path.stat().st_size}); a pickle renamed .safetensors is not read")
 
 
 def saved_generation(config: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ docs/adding-a-method.md.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import pkgutil
@@ -63,6 +64,11 @@ def method_config(raw: DictConfig | dict[str, Any]) -> MethodConfig:
     if name not in REGISTRY:
         raise ConfigError(f"method.name={name!r}: unknown method; available: {', '.join(sorted(REGISTRY))}")
     schema = OmegaConf.structured(REGISTRY[name].Config)
+    for f in dataclasses.fields(REGISTRY[name].Config):  # OmegaConf reads 2 (and "yes") as true: a switch is a bool
+        value = raw.get(f.name) if f.name in raw else None
+        if str(f.type).replace(" ", "") in ("bool", "bool|None") and value is not None and not isinstance(value, bool):
+            raise ConfigError(f"method.{f.name}={value!r}: must be true or false" + (" (or null)" if "None" in str(f.type)
+                                                                                        else ""))
     try:
         merged = OmegaConf.merge(schema, raw)
     except Exception as e:

@@ -173,6 +173,8 @@ def small_ci(values: Sequence[float]) -> Interval:
     from scipy.stats import t as student
 
     x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise ValueError("small_ci needs at least one document's score")
     _finite(x, "small_ci")
     mean = float(x.mean())
     if x.size < 2 or np.all(x == x[0]):
@@ -187,8 +189,10 @@ def proportion_ci(successes: int, n: int, scale: float = 1.0) -> Interval:
     zeros gives "0 +-0")."""
     from scipy.stats import beta
 
-    if n < 1 or not 0 <= successes <= n:
-        raise ValueError(f"proportion_ci: {successes} of {n} is not a share (need 0 <= successes <= n, n >= 1)")
+    whole = all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in (successes, n))
+    if not whole or n < 1 or not 0 <= successes <= n:
+        raise ValueError(f"proportion_ci: {successes!r} of {n!r} is not a share (need whole numbers, "
+                         "0 <= successes <= n, n >= 1)")
     a = (1 - CONFIDENCE) / 2
     lo = 0.0 if successes == 0 else float(beta.ppf(a, successes, n - successes + 1))
     hi = 1.0 if successes == n else float(beta.ppf(1 - a, successes + 1, n - successes))
@@ -242,16 +246,29 @@ def levels(scores: Sequence[Sequence[float]]) -> Levels:
                   float(np.sqrt(max(0.0, (ms_doc - ms_rest) / s))), float(np.sqrt(ms_rest)))
 
 
+def _grid(scores: Sequence[Sequence[float]], what: str) -> np.ndarray:
+    """``scores [seeds, docs]`` as an array: every seed scored the same number of documents, every score finite."""
+    rows = [list(r) for r in scores]
+    if not rows or len({len(r) for r in rows}) != 1 or not rows[0]:
+        raise ValueError(f"{what} needs scores [seeds, docs] with the same documents for every seed, got "
+                         f"{[len(r) for r in rows]} documents per seed")
+    x = np.asarray(rows, dtype=float)
+    _finite(x.ravel(), what)
+    return x
+
+
 def seeds_ci(scores: Sequence[Sequence[float]], *, seed: int = SEED, resamples: int = RESAMPLES) -> Interval:
     """Mean over ``scores [seeds, docs]`` (the same documents, in the same order, for every seed) with a
-    95% interval over both levels (Student's t on :func:`levels`); one seed: documents only (BCa)."""
+    95% interval over both levels (Student's t on :func:`levels`); one seed: documents only (BCa); one
+    document: seeds only (Student's t over them; ``n`` counts documents, 1)."""
     from scipy.stats import t as student
 
-    x = np.asarray(scores, dtype=float)  # [seeds, docs]
-    if x.ndim != 2 or x.shape[1] == 0:
-        raise ValueError(f"seeds_ci needs scores [seeds, docs], got shape {x.shape}")
-    if x.shape[0] == 1 or x.shape[1] == 1:
-        return mean_ci(x.mean(axis=0) if x.shape[1] > 1 else x.ravel(), seed=seed, resamples=resamples)
+    x = _grid(scores, "seeds_ci")  # [seeds, docs]
+    if x.shape[0] == 1:
+        return mean_ci(x[0], seed=seed, resamples=resamples)
+    if x.shape[1] == 1:  # the seeds are the only spread there is
+        t = small_ci(x[:, 0])
+        return Interval(t.mean, t.low, t.high, 1, "t over seeds" if t.method == "t" else t.method)
     lv = levels(x)
     h = float(student.ppf(0.5 + CONFIDENCE / 2, lv.df) * np.sqrt(lv.var_mean))
     return Interval(lv.mean, lv.mean - h, lv.mean + h, int(x.shape[1]), "two-level t")
@@ -263,14 +280,16 @@ def seeds_paired(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> 
     :func:`levels`, its t interval and two-sided p on Satterthwaite's degrees of freedom."""
     from scipy.stats import t as student
 
-    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if x.shape != y.shape or x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2:
+    x, y = _grid(a, "seeds_paired, run A"), _grid(b, "seeds_paired, run B")
+    if x.shape != y.shape or x.shape[0] < 2 or x.shape[1] < 2:
         raise ValueError(f"seeds_paired needs two [seeds, docs] grids of one shape (>= 2 x 2), got {x.shape} "
                          f"and {y.shape}")
     lv = levels(x - y)
     se = float(np.sqrt(lv.var_mean))
     h = float(student.ppf(0.5 + CONFIDENCE / 2, lv.df)) * se
-    p = 1.0 if se == 0 else float(min(1.0, 2 * student.sf(abs(lv.mean) / se, lv.df)))
+    # no spread at all: the t statistic's limit. The same difference on every seed and document is certain
+    # (p 0, where paired() on the seeds' means gives its smallest p); no difference anywhere is none (p 1).
+    p = (1.0 if lv.mean == 0 else 0.0) if se == 0 else float(min(1.0, 2 * student.sf(abs(lv.mean) / se, lv.df)))
     return Paired(lv.mean, lv.mean - h, lv.mean + h, p, int(x.shape[1]), "two-level t", "two-level t", 0,  # analytic
                   df=lv.df)
 
@@ -312,6 +331,9 @@ def sign_flip_p(d: Sequence[float], *, seed: int = SEED) -> tuple[float, str, in
     statistic (sum d_i s_i with s_i = +-1 has variance sum d_i^2): deterministic and smooth."""
     x = np.asarray(d, dtype=float)
     n = x.size
+    if n == 0:
+        raise ValueError("sign_flip_p needs at least one document's difference")
+    _finite(x, "sign_flip_p")
     if n <= EXACT_MAX:
         p, how = _sign_flip_p(x, np.random.default_rng(seed), 2 ** n)
         return p, how, 2 ** n, None

@@ -167,6 +167,9 @@ class Prepared:
 def prepare(backbone: BackboneConfig, method: MethodConfig | None = None) -> Prepared:
     """Tokenizer -> model config -> the spec methods read -> the method (checked against the backbone):
     the one chain, so its checks run alike wherever a method is built."""
+    for key in ("compile_encoder", "compile_decoder"):
+        if getattr(backbone, key):
+            check_compile_backend(f"backbone.{key}", getattr(backbone, key))
     tokenizer = load_tokenizer(backbone)
     conf = model_config(backbone, tokenizer)
     spec = backbone_spec(backbone, tokenizer, conf)
@@ -177,6 +180,28 @@ def unpickling_reason(e: Exception) -> str:
     """The one useful line of torch's weights-only refusal (e.g. "Unsupported global: GLOBAL io.open")."""
     m = re.search(r"WeightsUnpickler error:\s*(.*?)(?: was not an allowed global|\.\s|\n|$)", str(e))
     return m.group(1).strip() if m else (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+_BACKENDS_TRIED: dict[str, str | None] = {}
+
+
+def check_compile_backend(key: str, backend: str) -> None:
+    """A torch.compile backend that can compile here: torch lists backends (tvm, onnxrt) whose packages may
+    be missing, and those fail at the first step of a run, after the model and data loaded. A two-operator
+    function is compiled and run once per process and backend (seconds for inductor's C++ on a CPU)."""
+    if backend not in _BACKENDS_TRIED:
+        import torch
+
+        try:
+            torch.compile(lambda x: x * 2 + 1, backend=backend, fullgraph=True)(torch.ones(2))
+            _BACKENDS_TRIED[backend] = None
+        except Exception as e:  # a missing package, a compiler that does not run: the backend's own words
+            lines = str(e).strip().splitlines() or [type(e).__name__]
+            cause = next((ln for ln in lines if re.match(r"^\w+(Error|Exception): ", ln.strip())), lines[0])
+            _BACKENDS_TRIED[backend] = cause.strip()[:200]
+    if _BACKENDS_TRIED[backend] is not None:
+        raise ConfigError(f"{key}={backend!r}: torch lists it but cannot compile with it here "
+                          f"({_BACKENDS_TRIED[backend]}); use inductor (or aot_eager, cudagraphs) or null")
 
 
 def compile_encoder(model: PreTrainedModel, backend: str) -> None:

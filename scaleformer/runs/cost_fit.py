@@ -18,9 +18,14 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from scaleformer.config.train import COST_MIN_SPREAD
+
 SLOW = 1.5  # a timed micro-batch above this multiple of its group's median is "slow" (slow_steps)
 
 SETTINGS = ("plain", "checkpoint")
+# A line through the lengths needs them this far apart (longest / shortest): closer, the noise of a step's time
+# decides its slope, and a line through 4,000 and 4,001 tokens reads -1,605 s a step at the paper's length.
+MIN_SPREAD = COST_MIN_SPREAD
 
 
 def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
@@ -76,13 +81,26 @@ def fits(cost: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for setting, fit in by.items():
         gs = sorted(fit["groups"], key=lambda g: g["tokens"])
         fit["groups"] = gs
+        why = None
         if len({round(g["tokens"]) for g in gs}) >= 2:
-            fit["fixed_s"], fit["per_token_s"] = line([(g["tokens"], g["time_s"]) for g in gs])
-            with_flops = [(g["tokens"], g["flops"]) for g in gs if g.get("flops")]
-            fit["flops"] = line(with_flops) if with_flops else None
-            with_mem = [(g["tokens"], g["mem_peak_bytes"]) for g in gs if g.get("mem_peak_bytes") is not None]
-            fit["peak_bytes"] = line(with_mem) if with_mem else None
-            continue
+            fixed, per = line([(g["tokens"], g["time_s"]) for g in gs])
+            spread = gs[-1]["tokens"] / max(gs[0]["tokens"], 1e-9)
+            why = (f"its lengths ({gs[0]['tokens']:,.0f} and {gs[-1]['tokens']:,.0f} tokens) are too close to "
+                   f"separate fixed from per-token cost (under {MIN_SPREAD}x)" if spread < MIN_SPREAD else
+                   "its slope is negative: the longer micro-batches timed faster (noise, or a warm-up too short)"
+                   if per < 0 else None)
+            if why is None:
+                fit["fixed_s"], fit["per_token_s"] = fixed, per
+                with_flops = [(g["tokens"], g["flops"]) for g in gs if g.get("flops")]
+                fit["flops"] = line(with_flops) if with_flops else None
+                with_mem = [(g["tokens"], g["mem_peak_bytes"]) for g in gs if g.get("mem_peak_bytes") is not None]
+                fit["peak_bytes"] = line(with_mem) if with_mem else None
+                if fixed < 0:  # kept (the step still grows with the input), and said
+                    fit["note"] = (f"the fitted fixed cost is negative ({fixed:.3g} s): the lengths' times are "
+                                   "noisy; read the per-token cost with care")
+                continue
+            fit["note"] = (f"no line: {why}; the longest length's step, its encoder share growing with the input "
+                           "(the one-length model)")
         g, n = gs[-1], gs[-1]["tokens"] or 1
         total, enc = g.get("flops"), g.get("encoder_forward_flops")
         grows = min(total, (4 if setting == "checkpoint" else 3) * enc) if total and enc is not None else total
@@ -144,6 +162,7 @@ def summary(cost: dict[str, Any], paper_tokens: float, linear: bool) -> dict[str
         else None,
         "flops_step": flops_paper,
         "encoder_share": _share(longest),
+        "fit_note": "; ".join(f"{k}: {f['note']}" for k, f in by.items() if f.get("note")) or None,
     }
 
 

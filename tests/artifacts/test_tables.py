@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from conftest import ROOT
 
-from scaleformer.artifacts import grid, gridrun, tables
+from scaleformer.artifacts import figures, grid, gridrun, tables
 
 SPECS = {name: grid.load_spec(ROOT / "experiments" / f"{name}.yaml") for name in ("table1", "table2", "figure2")}
 
@@ -91,7 +91,7 @@ def test_figure_written_and_not_empty(tmp_path):
     for c in cells[:5]:
         c.result_dir.mkdir(parents=True)
         (c.result_dir / "metrics.json").write_text(json.dumps(_fake_result(c.run_id, 10.0 + float(c.value))))
-    paths = tables.build_figure(spec, "tiny", tmp_path, tmp_path)
+    paths = figures.build_figure(spec, "tiny", tmp_path, tmp_path)
     png = paths["png"].read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     rows = paths["csv"].read_text().splitlines()
@@ -117,7 +117,7 @@ def test_figure_points_get_intervals_from_their_scores_and_are_rechecked(tmp_pat
             "splits": {"validation": {"rougeL": mean, "fact_field_recall": mean / 2, "n_examples": 24}}}))
         (c.result_dir / "scores_validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"
-    paths = tables.build_figure(spec, "tiny", tmp_path / "runs", out)
+    paths = figures.build_figure(spec, "tiny", tmp_path / "runs", out)
     got = list(csv.DictReader(paths["csv"].open()))
     first = got[0]
     ci = mean_ci([20.0 + 3 * i + float(cells[0].value) for i in range(24)])
