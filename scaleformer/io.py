@@ -180,6 +180,24 @@ def parse_json(text: str, where: str, what: str, error: type[Exception] = ValueE
         raise error(f"{where}: {what} ({str(e).splitlines()[0]})") from None
 
 
+def read_json_record(path: str | Path, what: str, where: str | None = None,
+                     error: type[Exception] = ValueError) -> dict[str, Any]:
+    """A JSON object from a UTF-8 file (a config, a record), or ``error`` in one line: ``<where>: not a
+    readable <what> (why)`` for a missing, unreadable, non-UTF-8 or malformed file, ``<where>: <what> is a JSON
+    object, got a <type>`` for any other value. ``where`` defaults to the path."""
+    where = str(path) if where is None else where
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{where}: not a readable {what} (not UTF-8: {e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise error(f"{where}: not a readable {what} ({e.strerror or e})") from None
+    value = parse_json(text, where, f"not a readable {what}", error)
+    if not isinstance(value, dict):
+        raise error(f"{where}: a {what} is a JSON object, got a {type(value).__name__}")
+    return value
+
+
 def iter_jsonl(path: str | Path, error: type[Exception] = ValueError) -> Iterator[tuple[int, Any]]:
     """(line number, value) of each non-blank line of a UTF-8 jsonl file (a leading BOM is skipped).
 

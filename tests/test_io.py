@@ -115,3 +115,24 @@ def test_read_jsonl_skips_a_bom_and_names_the_line_of_bad_utf8(tmp_path):
     p.write_bytes(b'{"a": 1}\n{"a": "caf\xe9"}\n')
     with pytest.raises(ValueError, match=r"p\.jsonl:2: line is not valid UTF-8"):
         io.read_jsonl(p)
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, r"^{p}: not a readable record \(No such file or directory\)$"),
+    (b"\xff\xfe{}", r"^{p}: not a readable record \(not UTF-8: invalid start byte at byte 0\)$"),
+    (b'{"a": 1,', r"^{p}: not a readable record \(Expecting property name enclosed in double quotes, column 9\)$"),
+    (b"[" * 100_000, r"^{p}: not a readable record \(nested too deeply to parse\)$"),
+    (b"[1, 2]", r"^{p}: a record is a JSON object, got a list$"),
+])
+def test_read_json_record_says_why_in_one_line(tmp_path, content, message):
+    """The one reader of a JSON object from a file (method records, model configs, architecture files)."""
+    import re
+
+    p = tmp_path / "r.json"
+    if content is not None:
+        p.write_bytes(content)
+    with pytest.raises(KeyError) as e:
+        io.read_json_record(p, "record", error=KeyError)
+    assert re.match(message.format(p=re.escape(str(p))), e.value.args[0])
+    p.write_text('{"a": 1}')
+    assert io.read_json_record(p, "record", where="x") == {"a": 1}

@@ -152,6 +152,31 @@ def _internal_imports(tree: ast.AST) -> list[str]:
     return [m for m in names if m.startswith(INTERNAL)]
 
 
+MAX_DEFERRED = 8  # own-module imports inside functions: each waits for a reason its comment states
+
+
+def test_own_modules_are_imported_at_the_top_unless_a_comment_says_why():
+    """An own-module import inside a function hides the module's dependencies from its reader: at most
+    ``MAX_DEFERRED`` of them, each under (or beside) a ``# deferred: <why>`` comment."""
+    found, silent = [], []
+    for path in sorted(PKG.rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else
+                         [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                if any(n == "scaleformer" or n.startswith("scaleformer.") for n in names) or \
+                        (isinstance(node, ast.ImportFrom) and node.level):
+                    where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                    found.append(where)
+                    if "# deferred:" not in lines[node.lineno - 2] + lines[node.lineno - 1]:
+                        silent.append(where)
+    assert len(found) <= MAX_DEFERRED, f"{len(found)} deferred own-module imports (at most {MAX_DEFERRED}): {found}"
+    assert not silent, f"deferred without a '# deferred: <why>' comment: {silent}"
+
+
 def test_library_internals_are_reached_only_through_compat():
     assert _internal_imports(ast.parse("def f():\n    from torch._dynamo.utils import counters\n"))
     found = {name: bad for name, path in _modules().items() if name != "scaleformer.ops.compat"

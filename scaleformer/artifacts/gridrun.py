@@ -29,6 +29,7 @@ from scaleformer.artifacts.grid import (
     resolve_run_ids,
 )
 from scaleformer.compose import compose_config
+from scaleformer.data import mirrors
 
 
 def _fmt_s(s: float) -> str:
@@ -68,8 +69,6 @@ def _headline(result: dict[str, Any]) -> str:
 def prepare_mirrors(spec: dict[str, Any], profile: str, cells: list[Cell]) -> list[Path]:
     """A rehearsal profile (``mirrors: {scale, docs}``) reads local mirrors of the real sources through the real
     loaders (:mod:`scaleformer.data.mirrors`): write those its cells read and that are missing."""
-    from scaleformer.data import mirrors
-
     spec_m = check_profile(spec, profile).get("mirrors")
     if not spec_m:
         return []

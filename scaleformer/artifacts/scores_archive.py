@@ -18,8 +18,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from scaleformer.artifacts.grid import load_spec
 from scaleformer.artifacts.significance import annotate, point_fields, read_scores
 from scaleformer.io import atomic_write_text, iter_jsonl
+from scaleformer.resources import experiments_dir
 
 # what annotate computes and the CSV keeps: recomputed and compared
 CHECKED = ("ci_low", "ci_high", "n_docs", "n_seeds", "diff_vs_baseline", "diff_ci_low", "diff_ci_high",
@@ -159,9 +161,6 @@ def recheck_figure(spec: dict[str, Any], csv_path: Path, scores_dir: Path) -> li
 def recheck_all(tables: Path) -> list[str]:
     """Every table with archived scores (``scores/<artifact>/``) in ``tables`` or one folder below it (a
     table of a few rows rendered apart, e.g. ``table_qa_seeds/``), rechecked."""
-    from scaleformer.artifacts.grid import load_spec
-    from scaleformer.resources import experiments_dir
-
     problems = []
     known = {p.stem for p in experiments_dir().glob("*.yaml")}
     for folder in sorted([*(tables / "scores").glob("*"), *tables.glob("*/scores/*")]):

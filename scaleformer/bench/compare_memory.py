@@ -24,7 +24,6 @@ import json
 import platform
 import resource
 import runpy
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,12 @@ import tracemalloc
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+# Each torch-free (tests/bench/test_compare_memory.py checks): the child processes measure the command, not torch.
+from scaleformer.io import atomic_write_text
+from scaleformer.metrics.stats import CHUNK_ELEMENTS, RESAMPLES, paired
+from scaleformer.runs.cost_fit import quartiles
+from scaleformer.runs.runtime import machine
 
 SCHEMA = 1
 METRICS = ("rouge1", "exact_match")
@@ -68,14 +73,6 @@ def write_runs(folder: Path, n: int) -> tuple[Path, Path]:
     return out[0], out[1]
 
 
-def _quartiles(values: Sequence[float]) -> tuple[float, float, float]:
-    v = sorted(values)
-    if len(v) == 1:
-        return v[0], v[0], v[0]
-    p25, p50, p75 = statistics.quantiles(v, n=4, method="inclusive")
-    return p25, p50, p75
-
-
 def peak_rss_mib() -> float:
     """This process's peak resident memory. Linux's VmHWM belongs to the process's own memory map; its
     ru_maxrss also keeps the launcher's peak from before exec (here one that imported torch)."""
@@ -107,8 +104,6 @@ def _scipy_paired(x: Any, y: Any) -> tuple[float, float, float]:
 
 
 def _ours(x: Any, y: Any) -> tuple[float, float, float]:
-    from scaleformer.metrics.stats import paired
-
     p = paired(x, y, test="monte-carlo")  # scipy's test, memory-bounded: the same p at any size
     return p.low, p.high, p.p_value
 
@@ -164,7 +159,7 @@ def _spawn(*args: str) -> dict[str, Any]:
 
 def _timing(row: dict[str, Any], walls: Sequence[float], cpus: Sequence[float]) -> dict[str, Any]:
     for key, values in (("wall", walls), ("cpu", cpus)):
-        p25, p50, p75 = _quartiles(values)
+        p25, p50, p75 = quartiles(values)
         row[f"{key}_s"], row[f"{key}_iqr_s"] = round(p50, 3), round(p75 - p25, 3)
     return row
 
@@ -199,9 +194,6 @@ def measure_statistics(n: int, impl: str, repeats: int, log: Callable[[str], Non
 def environment() -> dict[str, Any]:
     import numpy
     import scipy
-
-    from scaleformer.metrics.stats import CHUNK_ELEMENTS, RESAMPLES
-    from scaleformer.runs.runtime import machine
 
     return {"machine": machine(), "platform": platform.platform(), "python": platform.python_version(),
             "numpy": numpy.__version__, "scipy": scipy.__version__, "resamples": RESAMPLES,
@@ -254,8 +246,6 @@ def _sizes(flag: str, text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from scaleformer.io import atomic_write_text
-
     ap = argparse.ArgumentParser(prog="bench_compare", description="Memory and time of `scaleformer compare`.")
     ap.add_argument("--sizes", default="1000,20000,100000", help="document counts of the command, comma-separated")
     ap.add_argument("--scipy-sizes", default="1000,2000", help="sizes for the statistics, ours and scipy's ('': none)")

@@ -6,7 +6,7 @@ the tokens stored once per book in both).
     python -m scaleformer.bench.read_memory --out results/bench/read-memory.json   (~3 min on 2 cores)
 
 Each reading runs in a process of its own; the peak is the growth of its resident set (VmHWM) over what it held
-before reading (torch, transformers and the tokenizer loaded), so allocator state from another reading cannot
+before reading (this module's imports, torch and transformers among them, done), so allocator state from another reading cannot
 leak in. Time: the reading's wall time, tokenization included.
 """
 
@@ -21,8 +21,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from scaleformer.bench.measure import MemoryProbe
+from scaleformer.config import DataConfig, SplitNames
+from scaleformer.data.datamodule import SummarizationDataModule
+from scaleformer.data.encode import encode
+from scaleformer.data.examples import build_examples, to_rows
+from scaleformer.data.sources import LocalSource
 from scaleformer.data.synthetic import make_ledger, stream_seed
 from scaleformer.io import atomic_write_json, atomic_write_text
+from scaleformer.model.tokenizer import load_offline_tokenizer, special_token_ids
+from scaleformer.runs.runtime import machine
 
 WAYS = ("streaming", "in_memory")
 
@@ -43,16 +53,6 @@ def write_split(path: Path, questions: int, books: int, words: int) -> Path:
 
 def read_once(way: str, path: Path, cache: Path) -> dict[str, Any]:
     """One reading of ``path`` (as the train split) in this process: its peak growth and time."""
-    import torch
-
-    from scaleformer.bench.measure import MemoryProbe
-    from scaleformer.config import DataConfig, SplitNames
-    from scaleformer.data.datamodule import SummarizationDataModule
-    from scaleformer.data.encode import encode
-    from scaleformer.data.examples import build_examples, to_rows
-    from scaleformer.data.sources import LocalSource
-    from scaleformer.model.tokenizer import load_offline_tokenizer, special_token_ids
-
     tok = load_offline_tokenizer("bart")
     cfg = DataConfig(name="reads", source="local", path=str(path), cache_dir=str(cache), query_split="blank_line",
                      max_input_tokens=16384, max_target_tokens=64, splits=SplitNames("x", None, None))
@@ -124,8 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=Path(".cache/scaleformer/bench-read-memory"))
     ap.add_argument("--out", type=Path, default=Path("results/bench/read-memory.json"))
     args = ap.parse_args(argv)
-    from scaleformer.runs.runtime import machine
-
     rows = run([int(x) for x in args.sizes.split(",")], args.books, args.words, args.work)
     meta = {"books": args.books, "words": args.words, "machine": machine()}
     atomic_write_json(args.out, {**meta, "rows": rows})

@@ -22,6 +22,7 @@ the method's own parameters in ``method_state.safetensors``) still load in the S
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -30,8 +31,9 @@ from typing import Any
 
 from scaleformer.errors import redact_all
 from scaleformer.export.card import CARD_FILE, model_card
-from scaleformer.io import atomic_dir, atomic_write_text
-from scaleformer.ops.decoding import generation_kwargs
+from scaleformer.io import atomic_dir, atomic_write_text, read_json_record
+from scaleformer.model.tokenizer import save_tokenizer
+from scaleformer.ops.decoding import BEAM_ONLY, generation_kwargs
 from scaleformer.resources import installed
 
 log = logging.getLogger("scaleformer")
@@ -64,8 +66,6 @@ def method_record(module: Any, run: dict[str, Any]) -> dict[str, Any]:
 
 def export_model(module: Any, out: Path, run: dict[str, Any]) -> Path:
     """Write the model folder ``out`` from the trained module and the run's record; returns ``out``."""
-    from scaleformer.model.tokenizer import save_tokenizer  # transformers: only where a folder is written
-
     record = method_record(module, run)
     if hasattr(module.model.config, "method"):  # the method as it ran (a run may decide a runtime setting late),
         module.model.config.method = dataclasses.asdict(module.method.cfg)  # so config.json and the record agree
@@ -84,10 +84,6 @@ def run_generation_config(module: Any) -> Any:
 
     A greedy run's folder holds the beam-only flags at their defaults (its own or its backbone's values
     would make each ``generate()`` warn that they are not valid flags; greedy search never reads them)."""
-    import copy
-
-    from scaleformer.ops.decoding import BEAM_ONLY
-
     gen = copy.deepcopy(module.model.generation_config)
     kwargs = generation_kwargs(module.gen_cfg)
     if kwargs["num_beams"] == 1:
@@ -111,11 +107,7 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     if not f.is_file():
         raise FileNotFoundError(f"{path}: not an exported scaleformer model (no {META_FILE}); export folders "
                                 "are results/runs/<run>/model/")
-    try:
-        meta = json.loads(f.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{f}: not a readable method record ({e})") from None
-    if not isinstance(meta, dict) or meta.get("format") not in FORMATS:
-        got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise ValueError(f"{f}: format {got!r}, this version reads formats {', '.join(map(str, FORMATS))}")
+    meta = read_json_record(f, "method record")
+    if meta.get("format") not in FORMATS:
+        raise ValueError(f"{f}: format {meta.get('format')!r}, this version reads formats {', '.join(map(str, FORMATS))}")
     return meta

@@ -21,7 +21,6 @@ document; a ``.jsonl`` file has one per line (``--field``), and the summaries go
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from scaleformer.data.encode import truncate_ids
 from scaleformer.data.sampler import length_sorted_batches
 from scaleformer.export.folder import META_FILE, METHOD_STATE, read_meta
 from scaleformer.export.hub import locate, push_to_hub
+from scaleformer.io import read_json_record
 from scaleformer.methods import build_method, method_config
 from scaleformer.model.autoreg import register
 from scaleformer.model.backbone import backbone_spec
@@ -217,12 +217,7 @@ def check_folder(folder: Path) -> str:
     if not conf.is_file():
         raise FileNotFoundError(f"{folder}: not a model folder (no config.json); give a folder saved with "
                                 "save_pretrained, e.g. results/runs/<run>/model or scripts/hf_trainer.py's --output")
-    try:
-        config = json.loads(conf.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{conf}: not a readable model config ({str(e).splitlines()[0]})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{conf}: not a model config (a JSON object), got a {type(config).__name__}")
+    config = read_json_record(conf, "model config")
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise FileNotFoundError(f"{folder}: no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...); save the "
                                 "tokenizer beside the model: tokenizer.save_pretrained(DIR)")

@@ -26,6 +26,7 @@ from transformers import (
 
 from scaleformer.config import BackboneConfig
 from scaleformer.errors import ConfigError
+from scaleformer.io import read_json_record
 from scaleformer.methods import build_method
 from scaleformer.methods.base import Method, MethodConfig
 from scaleformer.model.hf_config import learned_positions
@@ -119,16 +120,9 @@ def _read_config(cfg: BackboneConfig, tokenizer: Any) -> PretrainedConfig:
 def architecture_file(path: str) -> dict[str, Any]:
     """The architecture fields of a hand-kept config.json (keys starting with "_" are comments); a relative
     path names a file in scaleformer/assets/."""
-    import json
-
     file = Path(path).expanduser()
     file = file if file.is_absolute() else assets_dir() / file
-    try:
-        raw = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"backbone.config_file={path!r}: not a readable config.json ({e})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"backbone.config_file={path!r}: a config.json is a JSON object")
+    raw = read_json_record(file, "config.json", where=f"backbone.config_file={path!r}", error=ConfigError)
     return {k: v for k, v in raw.items() if not k.startswith("_") and k != "model_type"}
 
 

@@ -16,13 +16,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shlex
 import socket
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from scaleformer.errors import UserError
+from scaleformer.ops.host_memory import heap
 
 
 class RunInUseError(UserError, RuntimeError):
@@ -124,8 +127,16 @@ def machine() -> str:
     the CPU heap (:func:`scaleformer.ops.host_memory.heap`), all of which a CPU timing depends on."""
     import torch
 
-    from scaleformer.ops.host_memory import heap
-
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     return (f"{device_name(device)}; {os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads; "
             f"CPU heap: {heap()}")
+
+
+def command_line() -> str:
+    """The command that started this process, as a user would type it again."""
+    argv = list(sys.argv)
+    if argv and argv[0].endswith(".py"):
+        argv = ["python", Path(argv[0]).name, *argv[1:]]
+    elif argv and Path(argv[0]).name.startswith("scaleformer"):
+        argv = [Path(argv[0]).name, *argv[1:]]
+    return shlex.join(argv)

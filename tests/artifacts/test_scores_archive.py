@@ -65,7 +65,10 @@ def test_recheck_all_finds_a_table_rendered_one_folder_down(tmp_path):
     spec, csv_path, archived = _table(tmp_path)  # the table in tmp_path/out/
     assert scores_archive.recheck_all(tmp_path) == []
     victim = sorted(archived.rglob("scores_test.jsonl"))[0]
-    victim.write_text(victim.read_text().replace('"rouge1": ', '"rouge1": 1', 1))
+    first, *rest = victim.read_text().splitlines()
+    row = json.loads(first)
+    row["rouge1"] += 5.0  # still a ROUGE in points: the statistics, not the range check, must catch it
+    victim.write_text("\n".join([json.dumps(row), *rest]) + "\n")
     assert any(p.startswith("table2.csv: test") for p in scores_archive.recheck_all(tmp_path))
 
 

@@ -45,3 +45,16 @@ def test_bad_arguments_stop_with_one_line(tmp_path, capsys, args, message):
     assert compare_memory.main([*args, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert re.search(message, err) and not any(tmp_path.iterdir())
+
+
+def test_the_child_loads_neither_torch_nor_the_bench_package():
+    """Each measurement's process loads this file as ``_CHILD`` does: its imports keep torch out, so a peak is
+    the command's own."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.util as u, sys; s = u.spec_from_file_location('c', sys.argv[1]); "
+            "m = u.module_from_spec(s); s.loader.exec_module(m); "
+            "print(sorted(k for k in ('torch', 'transformers', 'scaleformer.bench') if k in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, compare_memory.__file__], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

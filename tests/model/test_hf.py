@@ -203,7 +203,6 @@ def test_the_recorded_commit_is_the_packages_own_wherever_the_command_runs(tmp_p
     """Runs, exports and benchmarks record this package's commit, not the working directory's; a copy
     of the package inside someone else's repository records 'unknown'."""
     from scaleformer import resources
-    from scaleformer.runs.run import git_commit
 
     other = tmp_path / "their-project"
     (other / "lib" / "scaleformer").mkdir(parents=True)
@@ -217,7 +216,7 @@ def test_the_recorded_commit_is_the_packages_own_wherever_the_command_runs(tmp_p
     except subprocess.CalledProcessError:
         ours = None
     resources.package_commit.cache_clear()  # asked once per process: ask afresh here
-    got = git_commit()
+    got = resources.package_commit()
     assert theirs not in got
     assert got == "unknown" if ours is None else got.removesuffix("-dirty") == ours
     monkeypatch.setattr(resources, "package_dir", lambda: other / "lib" / "scaleformer")
