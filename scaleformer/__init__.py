@@ -21,13 +21,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaleformer import progress as _progress
 from scaleformer.model import autoreg as _autoreg
 
 __version__ = "0.2.0"
-__all__ = ["ScaleformerConfig", "ScaleformerForConditionalGeneration", "Summarizer", "__version__", "wrap"]
+__all__ = ["ScaleformerConfig", "ScaleformerForConditionalGeneration", "Summarizer", "__version__", "verbose", "wrap"]
 
 # AutoConfig / AutoModelForSeq2SeqLM learn model_type "scaleformer" (when transformers loads them).
 _autoreg.install()
+# Quiet by default: no weight-loading bars or absl INFO lines (SCALEFORMER_VERBOSE=1 or verbose() keeps them).
+_progress.quiet_libraries()
+
+
+def verbose(on: bool = True) -> None:
+    """Bring back (or silence again) transformers' weight-loading bars and absl's INFO lines, which
+    ``import scaleformer`` silences."""
+    _progress.quiet_libraries(verbose=on)
 
 _LAZY = {"Summarizer": "scaleformer.export.summarizer", "wrap": "scaleformer.model.wrapping",
          "ScaleformerForConditionalGeneration": "scaleformer.model.hf",

@@ -8,11 +8,43 @@ not a terminal: what, how far, how fast, and how long to go.
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
 from typing import IO
+
+VERBOSE_ENV = "SCALEFORMER_VERBOSE"  # "1": the libraries' bars and INFO lines stay (as `--verbose` does)
+
+
+_CHOSEN: list[bool] = []  # an explicit choice (``--verbose``, ``scaleformer.verbose()``) outlasts later calls
+
+
+def verbose_wanted() -> bool:
+    """Whether the user asked for the libraries' chatter: ``--verbose`` or ``scaleformer.verbose()``, else
+    ``SCALEFORMER_VERBOSE=1``, or the ``scaleformer`` logger set to INFO or below."""
+    if _CHOSEN:
+        return _CHOSEN[-1]
+    lg = logging.getLogger("scaleformer")
+    return os.environ.get(VERBOSE_ENV, "") not in ("", "0") or logging.NOTSET < lg.level <= logging.INFO
+
+
+def quiet_libraries(verbose: bool | None = None) -> None:
+    """transformers' weight-loading bars ("Loading weights: 100%|...") and absl's INFO lines ("Using default
+    tokenizer.", rouge-score's) off, or back on when ``verbose`` (None: :func:`verbose_wanted`). transformers is
+    touched only where it is loaded already, so ``import scaleformer`` stays instant; its import hook
+    (:mod:`scaleformer.model.autoreg`) calls this again once it loads."""
+    if verbose is not None:
+        _CHOSEN[:] = [verbose]
+    verbose = verbose_wanted()
+    logging.getLogger("absl").setLevel(logging.NOTSET if verbose else logging.WARNING)
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        (hf_logging.enable_progress_bar if verbose else hf_logging.disable_progress_bar)()
+
 
 FIRST_LINE_S = 20.0  # the first line comes with the first unit done after this many seconds, if no tenth came first
 

@@ -4,10 +4,16 @@
     scaleformer score preds.jsonl --bertscore-model facebook/bart-large-mnli   # the paper's, or fail
     scaleformer score preds.jsonl --no-bertscore
     scaleformer score preds.jsonl --no-bertscore --scores scores.jsonl   # one row per document, for compare
+    scaleformer score preds.jsonl --json                     # the metrics as JSON on stdout (for scripts)
 
-Defaults are train.py's (the ``metrics`` section of conf/config.yaml): BERTScore ``auto`` uses the
-paper's bart-large-mnli when it can be loaded, else the bundled offline MiniLM, and the output says
-which ran (``bertscore_model``) and with which settings (``score_settings``).
+It prints a short table: one row for the split the file holds (``predictions_<split>.jsonl``), each metric
+with its 95% interval over the documents (the tables' rules: t below 20 documents, BCa above, Clopper-Pearson
+for exact match), then the BERTScore model. ``--json`` prints the whole record instead, as before.
+
+Defaults are train.py's (the ``metrics`` section of conf/config.yaml): BERTScore with the bundled offline
+MiniLM, so scoring needs no network (``--bertscore-model auto`` takes the paper's bart-large-mnli when it
+loads, else the MiniLM, and says so); the output says which ran (``bertscore_model``) and with which settings
+(``score_settings``). Quiet unless ``-v``: the libraries' loading bars and INFO lines stay off.
 
 Rows are ``{"id", "prediction", "reference"}`` where ``reference`` is a string or a list of strings
 (``references`` is accepted too; ``[]`` or null: hidden, not scored). Rows sharing an id (SCROLLS
@@ -27,11 +33,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from scaleformer.artifacts.significance import cell_interval, interval_text
 from scaleformer.config import MetricsConfig
 from scaleformer.errors import ConfigError
 from scaleformer.io import atomic_write_json, atomic_write_jsonl, iter_jsonl, refuse_overwrite
 from scaleformer.metrics import PAPER_BERTSCORE_MODEL, BertScoreModelError, compute_metrics
 from scaleformer.resources import conf_dir, installed
+from scaleformer.runs.console import quiet
 
 TRAIN_CONFIG = conf_dir() / "config.yaml"
 
@@ -166,8 +174,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     ap.add_argument("--task-metric", choices=("rouge", "f1", "exact_match"), default="rouge",
                     help="the task's own metric (SCROLLS): f1 or exact_match add both answer scores")
+    ap.add_argument("--json", action="store_true", help="print the metrics record as JSON instead of the table")
+    ap.add_argument("-v", "--verbose", action="store_true", help="the libraries' progress bars and INFO lines too")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    quiet(verbose=args.verbose or None)
 
     try:
         cfg = _settings(args, defaults)
@@ -218,8 +230,43 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         except OSError as e:
             sys.exit(f"error: {flag} {target}: cannot write ({e.strerror or e})")
         print(f"wrote {target}", file=sys.stderr)
-    print(json.dumps(metrics, indent=2))
+    print(json.dumps(metrics, indent=2) if args.json else table(split_of(path), metrics, per_doc))
     return metrics
+
+
+# The columns, in the order a run's own table prints them (scaleformer.runs.console).
+COLUMNS = (("rouge1", "R-1"), ("rouge2", "R-2"), ("rougeL", "R-L"), ("rougeLsum", "R-Lsum"), ("f1", "F1"),
+           ("exact_match", "EM"), ("bertscore_f1", "BERTScore"), ("fact_recall", "Facts"),
+           ("fact_field_recall", "Fact parts"), ("town_accuracy", "Town"))
+
+
+def split_of(path: Path) -> str:
+    """The split a predictions file holds, by a run's naming (``predictions_test.jsonl``), else its name."""
+    stem = path.stem
+    return stem.removeprefix("predictions_") if stem.startswith("predictions_") else stem
+
+
+def table(split: str, metrics: dict[str, Any], per_doc: list[dict[str, Any]]) -> str:
+    """One row: each metric's mean over the scored documents and its 95% interval where there are several."""
+    shown = [(k, label) for k, label in COLUMNS if isinstance(metrics.get(k), int | float)]
+    cells = []
+    for key, _ in shown:
+        values = [d[key] for d in per_doc if isinstance(d.get(key), int | float)]
+        text = f"{metrics[key]:.1f}"
+        if len(values) >= 2:
+            ci, _ = cell_interval([values], key)
+            text += f" {interval_text(ci.mean, ci.low, ci.high)}"
+        cells.append(text)
+    width = max([12, *(len(c) + 2 for c in cells)])
+    head = f"{'split':<12}{'n':>6}" + "".join(f"{label:>{width}}" for _, label in shown)
+    row = f"{split:<12}{metrics.get('n_scored', 0):>6}" + "".join(f"{c:>{width}}" for c in cells)
+    lines = [head, row]
+    if not metrics.get("scored"):
+        lines.append(f"{metrics.get('n_examples', 0)} documents, none with a reference: nothing to score (hidden)")
+    if metrics.get("bertscore_model"):
+        lines.append(f"BERTScore: {metrics['bertscore_model']} (layer {metrics.get('bertscore_num_layers')}, "
+                     f"{metrics.get('bertscore_model_source')})")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

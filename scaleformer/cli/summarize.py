@@ -115,9 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     ap.add_argument("--batch-size", type=int, help="documents decoded together (default: what the memory model "
                     "says fits; a document's summary does not depend on it)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="the libraries' progress bars and INFO lines too")
     args = ap.parse_args(argv)
 
-    quiet()
+    quiet(verbose=args.verbose or None)
     src = Path(args.input)
     if src.suffix not in (".txt", ".jsonl"):
         raise SystemExit(f"error: --input {src}: must be a .txt or .jsonl file")

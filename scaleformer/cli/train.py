@@ -12,6 +12,7 @@ multirun a failed cell is recorded and the sweep goes on (exit 1 at its end).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Any
@@ -21,8 +22,11 @@ from omegaconf import DictConfig, open_dict
 
 from scaleformer.artifacts.sweeps import record_job_failure
 from scaleformer.compose import group_choices, register_configs
+from scaleformer.config import BackboneConfig, DataConfig, GenerationConfig, OptimConfig, TrainerConfig
 from scaleformer.errors import ConfigError, UserError, redact, storage_error
+from scaleformer.methods import REGISTRY
 from scaleformer.ops.host_memory import keep_freed_memory
+from scaleformer.progress import VERBOSE_ENV
 from scaleformer.resources import conf_dir
 from scaleformer.runs.context import check_all_targets, check_groups
 
@@ -36,6 +40,9 @@ def main() -> None:
 
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # composition errors come back here as exceptions
     keep_freed_memory()
+    if any(a in ("-v", "--verbose") for a in sys.argv[1:]):  # ours, not Hydra's: the libraries' bars and INFO lines
+        sys.argv = [a for a in sys.argv if a not in ("-v", "--verbose")]
+        os.environ[VERBOSE_ENV] = "1"
     check_overrides(sys.argv[1:])
     check_composed_targets(sys.argv[1:])
     try:
@@ -74,11 +81,6 @@ def check_overrides(args: list[str]) -> None:
 def _group_fields() -> dict[str, dict[str, list[str]]]:
     """Per config group with a schema: each key and its type as the dataclasses declare it (a method's: any
     registered method's)."""
-    import dataclasses
-
-    from scaleformer.config import BackboneConfig, DataConfig, GenerationConfig, OptimConfig, TrainerConfig
-    from scaleformer.methods import REGISTRY
-
     schemas = {"data": [DataConfig], "trainer": [TrainerConfig], "optim": [OptimConfig],
                "generation": [GenerationConfig], "backbone": [BackboneConfig], "method": [m.Config for m in REGISTRY.values()]}
     out: dict[str, dict[str, list[str]]] = {}

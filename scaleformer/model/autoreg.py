@@ -23,6 +23,8 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from scaleformer.progress import quiet_libraries
+
 log = logging.getLogger("scaleformer")
 PACKAGE = "transformers"
 
@@ -35,6 +37,7 @@ def register() -> None:
     without error and leaves the registration to the module's last lines.
     """
     importlib.import_module("scaleformer.model.hf")
+    quiet_libraries()  # transformers just loaded: its weight-loading bars off unless asked for
 
 
 class _ThenRegister(importlib.abc.Loader):

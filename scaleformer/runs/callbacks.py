@@ -12,6 +12,7 @@ from scaleformer.config import BertScoreConfig, MetricsConfig
 from scaleformer.metrics import compute_metrics
 from scaleformer.ops import compat
 from scaleformer.progress import Lines, is_terminal
+from scaleformer.runs.wandb_logger import ours as wandb_loggers
 
 
 class StepCheckpoint(ModelCheckpoint):
@@ -118,10 +119,15 @@ class ValidationRouge(pl.Callback):
         rows = getattr(pl_module, "val_outputs", [])
         if not rows or trainer.sanity_checking:
             return
+        per_doc: list[dict[str, Any]] = []
         m = compute_metrics([r["prediction"] for r in rows], [r["reference"] for r in rows], self.cfg,
-                            task_metric=self.task_metric)
+                            task_metric=self.task_metric, rows=per_doc)
         for k, v in numeric(m).items():
             pl_module.log(f"val/{k}", v, prog_bar=k in ("rougeL", "task_score"), batch_size=len(rows))
+        scored = {d["index"]: d.get("rougeL") for d in per_doc}
+        for lg in wandb_loggers(trainer.loggers):  # a predictions table beside the numbers
+            lg.log_predictions("val/predictions", [{**r, "rougeL": scored.get(i)} for i, r in enumerate(rows)],
+                               step=trainer.global_step, limit=lg.prediction_rows)
 
 
 class StepProgressBar(TQDMProgressBar):

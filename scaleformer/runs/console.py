@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from scaleformer.errors import redact
+from scaleformer.progress import quiet_libraries
 
 # Warnings about choices this framework makes deliberately (message regexes).
 _EXPECTED_WARNINGS = (
@@ -47,8 +48,9 @@ def protect(handler: logging.Handler) -> None:
         handler.addFilter(Redact())
 
 
-def quiet() -> None:
-    """Silence library chatter and redact credentials in every console line; idempotent (every run calls it)."""
+def quiet(verbose: bool | None = None) -> None:
+    """Silence library chatter and redact credentials in every console line; idempotent (every run calls it).
+    ``verbose`` (None: ``SCALEFORMER_VERBOSE`` or the scaleformer logger's level) keeps the libraries' bars."""
     for h in logging.getLogger().handlers:
         protect(h)
     for pattern in _EXPECTED_WARNINGS:
@@ -63,11 +65,7 @@ def quiet() -> None:
             if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
                 lg.removeHandler(h)
         lg.propagate = True
-    logging.getLogger("absl").setLevel(logging.WARNING)  # rouge-score: "Using default tokenizer."
-    with contextlib.suppress(ImportError):
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # "Loading weights: 100%" for every small model load
+    quiet_libraries(verbose)  # "Loading weights: 100%" of every small model, rouge-score's "Using default tokenizer."
 
 
 @contextlib.contextmanager

@@ -102,7 +102,7 @@ def evaluation_identity(rc: RunConfig) -> dict[str, Any]:
     return {
         # Options that change the speed, not the tokens (tested): out, so evaluations keep their folders.
         "generation": {k: v for k, v in (d.get("generation") or {}).items() if k not in runtime_fields(GenerationConfig)},
-        "metrics": d.get("metrics"),
+        "metrics": _metrics_identity(d.get("metrics")),
         "splits": list(rc.trainer.eval_splits),
         # A document's tokens do not depend on the batch it is decoded in (tested), so the batch size is
         # recorded as 1, the value every evaluation had before batching: their folders keep their names.
@@ -111,6 +111,15 @@ def evaluation_identity(rc: RunConfig) -> dict[str, Any]:
         # the weights evaluated: the best checkpoint joins the identity, the last (every earlier run's) stays out
         **({"select": rc.trainer.select} if rc.trainer.select != TrainerConfig.select else {}),
     }
+
+
+def _metrics_identity(metrics: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The metrics settings that change scores: a disabled BERTScore's model changes none, so it is recorded at
+    the default it had before the default became ``offline`` (evaluations made then keep their names)."""
+    bs = (metrics or {}).get("bertscore") or {}
+    if metrics is None or bs.get("enabled", True) or bs.get("model_type") != "offline":
+        return metrics
+    return {**metrics, "bertscore": {**bs, "model_type": "auto"}}
 
 
 def training_hash(rc: RunConfig) -> str:

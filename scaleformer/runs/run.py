@@ -38,7 +38,7 @@ from scaleformer.model.backbone import build_model
 from scaleformer.model.backbone import prepare as prepare_backbone
 from scaleformer.ops import compat
 from scaleformer.resources import package_changes, package_commit
-from scaleformer.runs import checkpoints, identity, runtime
+from scaleformer.runs import checkpoints, identity, runtime, wandb_logger
 from scaleformer.runs.callbacks import ExactResume, log_metrics
 from scaleformer.runs.console import count_parameters, log_to_file, quiet, summary_table
 from scaleformer.runs.context import RunConfig, RunContext, to_config, validation_record
@@ -60,7 +60,7 @@ def run(cfg: Any, checked: Any = None) -> dict[str, Any]:
     command's own :func:`~scaleformer.runs.context.check_groups` of ``cfg``, not repeated.
     """
     started = time.time()
-    git_commit()  # the checkout's commit as this process starts its first run (cached: what it loaded)
+    package_commit()  # the checkout's commit as this process starts its first run (cached: what it loaded)
     quiet()
     reset_notices()  # a multirun's runs each say once which BERTScore model they used
     ctx = RunContext.create(to_config(cfg, checked), started)  # every key, type and range, before anything heavy
@@ -149,7 +149,7 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
         return {}
     results = Results(
         run_id=ctx.run_id, training_hash=ctx.training_hash, evaluation_hash=ctx.evaluation_hash, step=step,
-        commit=git_commit(), changes=package_changes(), tag=ctx.cfg.tag,
+        commit=package_commit(), changes=package_changes(), tag=ctx.cfg.tag,
         method=describe_method(ctx.cfg, parts.method),  # after evaluation: what the method measured
         backbone={"name": ctx.cfg.backbone.name, "pretrained": ctx.cfg.backbone.pretrained,
                   "arch": ctx.cfg.backbone.arch},
@@ -170,6 +170,7 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
     result = results.to_dict()
     if export:
         add_results(ctx.model_dir, result)  # the scores join the model card
+    wandb_logger.close(parts.trainer.loggers, ctx.model_dir if export else None, ctx.run_id)
     print(summary_table(result, out_dir), flush=True)
     return result
 
@@ -268,6 +269,8 @@ def evaluate(ctx: RunContext, parts: Parts, module: SummarizationModule, out_dir
         if scored is not None:
             splits[split] = scored
             log_metrics(parts.trainer, split, scored)
+            for lg in wandb_logger.ours(parts.trainer.loggers):  # the summary and every document's prediction
+                lg.log_final(split, scored, out_dir)
     return splits
 
 
@@ -277,8 +280,8 @@ def export_record(ctx: RunContext, described: dict[str, Any], step: int) -> dict
     return {"method": described, "backbone": {"name": rc.backbone.name, "pretrained": rc.backbone.pretrained},
             "generation": dataclasses.asdict(rc.generation), "max_input_tokens": rc.data.max_input_tokens,
             "data": rc.data.name, "metrics": dataclasses.asdict(rc.metrics), "run_id": ctx.run_id,
-            "training_hash": ctx.training_hash, "step": step, "seed": rc.seed, "commit": git_commit(),
-            "command": command_line(), "config": OmegaConf.to_container(rc.raw, resolve=True)}
+            "training_hash": ctx.training_hash, "step": step, "seed": rc.seed, "commit": package_commit(),
+            "command": runtime.command_line(), "config": OmegaConf.to_container(rc.raw, resolve=True)}
 
 
 def describe_method(rc: RunConfig, method: Method) -> dict[str, Any]:
@@ -381,21 +384,3 @@ def _headline(m: dict[str, Any]) -> dict[str, Any]:
     keys = ("n_scored", "rouge1", "rouge2", "rougeL", "rougeLsum", "rouge_geomean", "f1", "exact_match",
             "task_score", "fact_recall", "fact_field_recall")
     return {k: m[k] for k in keys if k in m}
-
-
-def git_commit() -> str:
-    """This package's own commit ('unknown' for an installed copy): see :func:`scaleformer.resources.package_commit`."""
-    return package_commit()
-
-
-def command_line() -> str:
-    """The command that started this process, as a user would type it again."""
-    import shlex
-    import sys
-
-    argv = list(sys.argv)
-    if argv and argv[0].endswith(".py"):
-        argv = ["python", Path(argv[0]).name, *argv[1:]]
-    elif argv and Path(argv[0]).name.startswith("scaleformer"):
-        argv = [Path(argv[0]).name, *argv[1:]]
-    return shlex.join(argv)
