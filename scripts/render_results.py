@@ -96,6 +96,33 @@ def render_default_town() -> str:
             "the states the decoder sees only when the draw keeps them.")
 
 
+def _minutes(s: float) -> str:
+    return f"{s / 60:.0f} min" if s >= 90 else f"{s:.0f} s"
+
+
+def render_times() -> str:
+    """The README's two commands: wall times on a fresh clone, idle and beside other work."""
+    runs = _read_json(RESULTS / "times" / "times.json")["runs"]
+    if "idle" not in runs:
+        raise MissingResults("results/times/times.json: no idle rows (python scripts/time_commands.py)")
+    idle, i = runs["idle"], {r["step"]: r for r in runs["idle"]["rows"]}
+    first = i["run"]["first_progress_s"], i["run_terminal"]["first_progress_s"]
+    text = (f"Measured on a fresh clone by `python scripts/time_commands.py` (`results/times/times.json`; commit "
+            f"{idle['commit']}, {idle['when']}; {idle['machine']}) with nothing else running (mean load "
+            f"{i['run']['load_mean']:.1f} on {idle['cores']} cores): `make run` takes {_minutes(i['run']['wall_s'])}, "
+            f"its first progress line after {first[0]:.0f} s piped and {first[1]:.0f} s in a terminal; `make test` "
+            f"takes {_minutes(i['test']['wall_s'])}. On a fresh clone both first build `.venv` from the lock: "
+            f"{_minutes(i['setup']['wall_s'])} here, where pip's cache held every wheel (a first download adds its time).")
+    if "busy" in runs:
+        busy, b = runs["busy"], {r["step"]: r for r in runs["busy"]["rows"]}
+        text += (f" Beside {busy['load_processes']} CPU-bound processes (another job's worth on {busy['cores']} cores; "
+                 f"mean load {b['run']['load_mean']:.1f}) `make run` takes {_minutes(b['run']['wall_s'])} "
+                 f"({b['run']['wall_s'] / i['run']['wall_s']:.1f}x)"
+                 + (f" and `make test` {_minutes(b['test']['wall_s'])} ({b['test']['wall_s'] / i['test']['wall_s']:.1f}x)"
+                    if "test" in b else "") + ": the cores are shared, so times stretch with the load.")
+    return text
+
+
 # ---- the tiny tables ----------------------------------------------------------------------------
 
 def _table(artifact: str, sub: str = "") -> tuple[dict[str, Any], list[dict[str, str]]]:
@@ -331,6 +358,7 @@ def render_dryrun_costs() -> str:
 RENDERERS: dict[str, Callable[[], str]] = {
     "default": render_default,
     "default-town": render_default_town,
+    "times": render_times,
     "table1-tiny-dev": lambda: render_table("table1", "dev", ["rouge1", "fact_recall", "fact_field_recall"]),
     "table1-tiny-test": lambda: render_table("table1", "test", ["rouge1", "fact_recall", "fact_field_recall"]),
     "table1-tiny-reading": render_table1_reading,

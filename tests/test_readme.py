@@ -255,31 +255,67 @@ def test_readme_summarize_and_score_commands(tmp_path, tmp_path_factory):
             assert (tmp_path / "docs.summaries.jsonl").read_text().strip(), line
         else:
             assert proc.stdout.strip() or "warning: the model wrote no text" in proc.stderr, (line, proc.stderr)
-    auto = _snippet("results/runs/<run>/model")  # the Auto-class snippet, on the model trained here
-    out = _run_snippet(auto.replace("results/runs/<run>/model", str(model)))
-    assert not SPECIAL_TEXT.search(out), out
+    for marker, page in (('AutoModelForSeq2SeqLM.from_pretrained("results/runs/<run>/model")', "README.md"),
+                         ("Summarizer.from_pretrained(", "docs/using.md")):  # on the model trained here
+        out = _run_snippet(_snippet(marker, page).replace("results/runs/<run>/model", str(model)))
+        assert out.strip() and not SPECIAL_TEXT.search(out), (page, out)
     preds = next(tmp_path.rglob("predictions_validation.jsonl"))
     for line in dict.fromkeys(c for _, c in _commands() if c.startswith(".venv/bin/scaleformer score")):
         args = [preds if "<run>" in a else a for a in shlex.split(line)[2:]]
         score = subprocess.run([sys.executable, "-m", "scaleformer.cli", "score", *map(str, args)], cwd=ROOT,
                                env=_env(), capture_output=True, text=True, timeout=300)
         assert score.returncode == 0, score.stderr[-3000:]
-        assert "rouge1" in score.stdout
+        head, row = score.stdout.splitlines()[:2]  # the table: its header, the split's row with intervals
+        assert head.split()[:3] == ["split", "n", "R-1"] and row.split()[0] == "validation", score.stdout
 
 
 SPECIAL_TEXT = re.compile(r"</?s>|<pad>|<unk>")
+# Every python block of these pages is run, as printed (paths aside), by the test named beside the text that
+# picks it out, or is marked as a sketch on the line above (``<!-- sketch: PATH -->``) naming its runnable twin.
+PYTHON_BLOCKS: list[tuple[str, str, str]] = [
+    ("README.md", 'AutoModelForSeq2SeqLM.from_pretrained("results/runs/<run>/model")',
+     "test_readme_summarize_and_score_commands"),
+    ("README.md", 'reader = "scaleformer/assets/readers/', "test_the_offline_wrap_snippet_summarizes_the_example_document"),
+    ("README.md", "Seq2SeqTrainer(", "test_the_trainer_snippet_trains_offline_and_loads_back"),
+    ("docs/using.md", "Summarizer.from_pretrained(", "test_readme_summarize_and_score_commands"),
+]
+SKETCH = re.compile(r"<!-- sketch: (\S+) -->\n```python\n")
 
 
-def _snippet(marker: str) -> str:
-    """The README's one python block containing ``marker``."""
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), flags=re.S)
-              if marker in b]
-    assert len(blocks) == 1, f"{len(blocks)} python blocks of README.md contain {marker!r}"
+def _python_blocks(page: str) -> list[tuple[str, bool]]:
+    """(code, marked as a sketch) for each python block of ``page``."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    return [(m[2], bool(m[1])) for m in re.finditer(r"(<!-- sketch: \S+ -->\n)?```python\n(.*?)```", text, flags=re.S)]
+
+
+def _snippet(marker: str, page: str = "README.md") -> str:
+    """The one python block of ``page`` containing ``marker``."""
+    blocks = [code for code, _ in _python_blocks(page) if marker in code]
+    assert len(blocks) == 1, f"{len(blocks)} python blocks of {page} contain {marker!r}"
     return blocks[0]
 
 
-def _run_snippet(code: str) -> str:
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True,
+def test_every_python_block_is_run_or_marked():
+    """A new snippet needs a row of ``PYTHON_BLOCKS`` (and the test it names), or a sketch mark whose twin exists."""
+    problems = []
+    for page in [p.relative_to(ROOT).as_posix() for p in PAGES]:
+        for code, sketch in _python_blocks(page):
+            rows = [r for r in PYTHON_BLOCKS if r[0] == page and r[1] in code]
+            if not sketch and len(rows) != 1:
+                problems.append(f"{page}: a python block run by {len(rows)} tests, not marked as a sketch:\n{code}")
+        for twin in SKETCH.findall((ROOT / page).read_text(encoding="utf-8")):
+            if not (ROOT / twin.split("::")[0]).exists():
+                problems.append(f"{page}: sketch's twin {twin} does not exist")
+    assert not problems, "\n".join(problems)
+    this = Path(__file__).read_text(encoding="utf-8")
+    for page, marker, test in PYTHON_BLOCKS:
+        assert f"def {test}(" in this, f"{test}: no such test"
+        assert marker in this.split(f"def {test}(")[1].split("\ndef ")[0], f"{test} does not run {marker!r}"
+        _snippet(marker, page)  # exactly one block
+
+
+def _run_snippet(code: str, *args: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=_env(), capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, (code, proc.stderr[-3000:])
     assert "Traceback" not in proc.stderr and "maximum sequence length" not in proc.stderr, proc.stderr[-3000:]
@@ -290,8 +326,21 @@ def _run_snippet(code: str) -> str:
 def test_the_offline_wrap_snippet_summarizes_the_example_document():
     """The README's offline ``wrap`` (a shipped reader, its own tokenizer, examples/report.txt) runs as
     written, with no tokenizer or generation warning, and prints text without special tokens."""
-    out = _run_snippet(_snippet("scaleformer/assets/readers/"))
+    out = _run_snippet(_snippet('reader = "scaleformer/assets/readers/'))
     assert out.strip() and not SPECIAL_TEXT.search(out), out
+
+
+def test_the_trainer_snippet_trains_offline_and_loads_back(tmp_path):
+    """The README's Seq2SeqTrainer block, its output folder moved to ``tmp_path``: two steps on generated
+    ledgers, and the saved folder loads with the Auto class as the method's model."""
+    code = re.sub(r'"out(/model)?"', lambda m: repr(str(tmp_path / "out") + (m[1] or "")),
+                  _snippet("Seq2SeqTrainer("))
+    assert code.count(str(tmp_path)) == 2, code
+    _run_snippet(code)
+    out = _run_snippet("import scaleformer, sys\nfrom transformers import AutoModelForSeq2SeqLM\n"
+                       "m = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1])\n"
+                       "print(type(m).__name__, m.config.method['name'], m.config.method['middle_tokens'])", str(tmp_path / "out" / "model"))
+    assert out.split() == ["ScaleformerForConditionalGeneration", "scaleformer", "300"], out
 
 
 def test_the_example_document_is_the_generators():
