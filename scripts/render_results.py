@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import re
 import sys
 from collections.abc import Callable
@@ -31,97 +30,24 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"(<!-- results: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
-LABELS = {"rouge1": "R-1", "rouge2": "R-2", "rougeL": "R-L", "fact_recall": "Facts", "fact_field_recall": "Parts",
-          "town_accuracy": "Town", "exact_match": "EM", "f1": "F1", "bertscore_f1": "BS"}
 CEILING = "truncation_ceiling"
 
 from scaleformer.artifacts.scores_archive import recheck_all  # noqa: E402
 from scaleformer.artifacts.significance import mark_meaning, seed_spread, seeds_agree  # noqa: E402
 from scaleformer.io import atomic_write_bytes, atomic_write_text  # noqa: E402
 
-
-class MissingResults(Exception):
-    """A block's results file is absent or unreadable."""
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise MissingResults(f"{path.relative_to(ROOT)}: {e}") from None
-
-
-def _commit(c: str | None) -> str:
-    return (c or "unknown")[:12] + ("-dirty" if c and c.endswith("-dirty") else "")
-
-
-def _fmt(x: float | None) -> str:
-    return "–" if x is None else f"{x:.1f}"
-
-
-# ---- the default run ----------------------------------------------------------------------------
-
-def _blind(split: str) -> dict[str, Any]:
-    return _read_json(RESULTS / "default" / f"input_blind_{split}.json")
-
-
-def render_default() -> str:
-    metrics = _read_json(RESULTS / "default" / "metrics.json")
-    keys = ["rouge1", "rouge2", "rougeL", "fact_recall", "fact_field_recall", "town_accuracy"]
-    lines = [f"| split | input | {' | '.join(LABELS[k] for k in keys)} |", "|---|---|" + "---|" * len(keys)]
-    for split in ("validation", "test"):
-        b = _blind(split)
-        for name, base in b["baselines"].items():
-            lines.append(f"| {split} ({b['n']}) | {name} | " + " | ".join(_fmt(base["scores"].get(k)) for k in keys)
-                         + " |")
-    method = metrics["method"]
-    return "\n".join([
-        f"From `results/default/` (`make default-results`): {method['option']} fine-tuning "
-        f"{metrics['backbone']['name']} for {metrics['step']} steps (wall time {metrics['wall_time_s'] / 60:.0f} "
-        f"minutes on 2 CPU cores), commit {_commit(metrics['commit'])}.", "", *lines])
-
-
-def render_default_town() -> str:
-    parts = []
-    for split in ("validation", "test"):
-        b = _blind(split)
-        n, own = b["n"], b["baselines"]["own document"]["scores"]
-        top = b["baselines"]["training summary"]["scores"]
-        parts.append(f"{round(own['town_accuracy'] * n / 100)} of {n} {split} ledgers "
-                     f"(the most frequent training summary: {round(top['town_accuracy'] * n / 100)})")
-    m = _read_json(RESULTS / "default" / "metrics.json")["method"]
-    return (f"`Town`: the summaries name the ledger's own town in {parts[0]} and in {parts[1]}. The town is "
-            f"stated once, in the ledger's first words; with k={m['boundary_tokens']} boundary state per chunk "
-            f"side and m={m['middle_tokens']} {m['middle_strategy']} middle tokens per chunk, its tokens are among "
-            "the states the decoder sees only when the draw keeps them.")
-
-
-def _minutes(s: float) -> str:
-    return f"{s / 60:.0f} min" if s >= 90 else f"{s:.0f} s"
-
-
-def render_times() -> str:
-    """The README's two commands: wall times on a fresh clone, idle and beside other work."""
-    runs = _read_json(RESULTS / "times" / "times.json")["runs"]
-    if "idle" not in runs:
-        raise MissingResults("results/times/times.json: no idle rows (python scripts/time_commands.py)")
-    idle, i = runs["idle"], {r["step"]: r for r in runs["idle"]["rows"]}
-    first = i["run"]["first_progress_s"], i["run_terminal"]["first_progress_s"]
-    text = (f"Measured on a fresh clone by `python scripts/time_commands.py` (`results/times/times.json`; commit "
-            f"{idle['commit']}, {idle['when']}; {idle['machine']}) with nothing else running (mean load "
-            f"{i['run']['load_mean']:.1f} on {idle['cores']} cores): `make run` takes {_minutes(i['run']['wall_s'])}, "
-            f"its first progress line after {first[0]:.0f} s piped and {first[1]:.0f} s in a terminal; `make test` "
-            f"takes {_minutes(i['test']['wall_s'])}. On a fresh clone both first build `.venv` from the lock: "
-            f"{_minutes(i['setup']['wall_s'])} here, where pip's cache held every wheel (a first download adds its time).")
-    if "busy" in runs:
-        busy, b = runs["busy"], {r["step"]: r for r in runs["busy"]["rows"]}
-        text += (f" Beside {busy['load_processes']} CPU-bound processes (another job's worth on {busy['cores']} cores; "
-                 f"mean load {b['run']['load_mean']:.1f}) `make run` takes {_minutes(b['run']['wall_s'])} "
-                 f"({b['run']['wall_s'] / i['run']['wall_s']:.1f}x)"
-                 + (f" and `make test` {_minutes(b['test']['wall_s'])} ({b['test']['wall_s'] / i['test']['wall_s']:.1f}x)"
-                    if "test" in b else "") + ": the cores are shared, so times stretch with the load.")
-    return text
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_runs import (  # noqa: E402
+    LABELS,
+    MissingResults,
+    fmt1,
+    read_json,
+    render_default,
+    render_default_town,
+    render_dryrun_costs,
+    render_times,
+    short_commit,
+)
 
 # ---- the tiny tables ----------------------------------------------------------------------------
 
@@ -157,7 +83,7 @@ def _value(rows: list[dict[str, str]], split: str, method: str, dataset: str, me
 
 
 def _provenance(artifact: str, rows: list[dict[str, str]], sub: str = "") -> str:
-    commits = sorted({_commit(c) for r in rows for c in (r.get("commit") or "").split(";") if c})
+    commits = sorted({short_commit(c) for r in rows for c in (r.get("commit") or "").split(";") if c})
     where = f"results/tiny/{sub}/" if sub else "results/tiny/"
     rows_of = (f" METHODS={','.join(dict.fromkeys(r['method'] for r in rows if r['method'] != CEILING))} "
                f"OUT_DIR={where[:-1]}" if sub else "")
@@ -182,7 +108,7 @@ def render_table(artifact: str, split: str, metrics: list[str], sub: str = "") -
     ceiling = spec.get("ceiling_metric", "fact_recall")
     if any(r["method"] == CEILING for r in rows):
         label = spec.get("ceiling_label", "Trunc. ceiling (events in 1st window)")
-        lines.append(f"| {label} | " + " | ".join(_fmt(_value(rows, split, CEILING, ds, m)) if m == ceiling else ""
+        lines.append(f"| {label} | " + " | ".join(fmt1(_value(rows, split, CEILING, ds, m)) if m == ceiling else ""
                                                   for ds, m in cols) + " |")
     base = baseline(spec)
     n_docs = sorted({r["n_docs"] for r in rows if r["split"] == split and r.get("n_docs")})
@@ -223,7 +149,7 @@ def render_table1_reading() -> str:
             continue
         kind = "higher" if signs and all(x > 0 for x in signs) else "lower" if signs and all(x < 0 for x in signs) else "mixed"
         groups[kind].append(f"{spec['method_labels'][method]} ({'; '.join(said)})")
-    held = " and ".join(_fmt(_value(rows, "test", CEILING, ds, "fact_recall")) + "%" for ds in long_cols)
+    held = " and ".join(fmt1(_value(rows, "test", CEILING, ds, "fact_recall")) + "%" for ds in long_cols)
     n = sorted({r["n_docs"] for r in rows if r["split"] == "test" and r["dataset"] in long_cols and r.get("n_docs")})
     return (f"Held-out test ledgers ({'/'.join(n)} per column), the {' and '.join(cols.values())} columns, where truncation's window "
             f"holds {held} of the events: R-1 / Parts minus truncation's, `{MARK}` {mark_meaning(rows)}."
@@ -259,8 +185,8 @@ def render_table_qa_reading(sub: str = "") -> str:
     found = " ".join(
         ", ".join(f"{LABELS[m]} {v}" for m, v in zip(metrics, verdict)) + ": " + "; ".join(names) + "."
         for verdict, names in groups.items())
-    return (f"Held-out test questions ({'/'.join(n)}): truncation answers {_fmt(trunc[0]['ours'])} EM / "
-            f"{_fmt(trunc[1]['ours'])} F1. Each method minus truncation, with the paired 95% interval, `{MARK}` "
+    return (f"Held-out test questions ({'/'.join(n)}): truncation answers {fmt1(trunc[0]['ours'])} EM / "
+            f"{fmt1(trunc[1]['ours'])} F1. Each method minus truncation, with the paired 95% interval, `{MARK}` "
             f"{mark_meaning(rows)}; an interval that misses zero without its mark did not survive the "
             f"correction. {found}")
 
@@ -277,7 +203,7 @@ def render_detectable(artifact: str, metric: str, sub: str = "") -> str:
 
 
 def render_selector_picks() -> str:
-    data = _read_json(RESULTS / "tiny" / "selector_picks.json")
+    data = read_json(RESULTS / "tiny" / "selector_picks.json")
     head = "| middles | " + " | ".join(f"{10 * i}-{10 * i + 10}%" for i in range(10)) + " | in next chunk | answer tokens kept |"
     lines = [head, "|---|" + "---|" * 12]
     for name in ("random", "query", "query_lift"):
@@ -302,7 +228,7 @@ def render_figure2() -> str:
     for r in rows:
         lines.append(f"| {r['sweep']} | {r['value']} | {_point(r, 'ours', 'ci')} |"
                      + (f" {_point(r, extra, extra + '_ci')} |" if extra else ""))
-    commits = sorted({_commit(r["commit"]) for r in rows if r.get("commit")})
+    commits = sorted({short_commit(r["commit"]) for r in rows if r.get("commit")})
     n = sorted({r["n_docs"] for r in rows if r.get("n_docs")})
     ci = (f" Each value with its 95% interval over the {'/'.join(n)} dev ledgers (one training per point, so "
           "the documents' noise only, not a seed's; `±h` its half-width, `[lo, hi]` where its sides differ)."
@@ -317,48 +243,33 @@ def _point(r: dict[str, str], col: str, ci: str) -> str:
     from scaleformer.artifacts.significance import interval_text
 
     if not r.get(col):
-        return _fmt(None)
+        return fmt1(None)
     if not r.get(f"{ci}_low"):
-        return _fmt(float(r[col]))
-    return f"{_fmt(float(r[col]))} {interval_text(float(r[col]), float(r[f'{ci}_low']), float(r[f'{ci}_high']))}"
+        return fmt1(float(r[col]))
+    return f"{fmt1(float(r[col]))} {interval_text(float(r[col]), float(r[f'{ci}_low']), float(r[f'{ci}_high']))}"
 
 
 def render_qa_by_window() -> str:
     from qa_by_window import window_markdown
 
     return ("From `results/tiny/table_qa_by_window.json` (`scripts/qa_by_window.py` on the table's runs).\n\n"
-            + window_markdown(_read_json(RESULTS / "tiny" / "table_qa_by_window.json")))
+            + window_markdown(read_json(RESULTS / "tiny" / "table_qa_by_window.json")))
 
 
 def render_qa_seeds_by_window() -> str:
     """The paired tests of ``qa_by_window.py --paired`` on the three-seed rows: inside and past the window."""
     from qa_by_window import paired_markdown
 
-    data = _read_json(RESULTS / "tiny" / "table_qa_seeds" / "by_window.json")
+    data = read_json(RESULTS / "tiny" / "table_qa_seeds" / "by_window.json")
     return (f"From `results/tiny/table_qa_seeds/by_window.json` (`scripts/qa_by_window.py "
             f"results/tiny/runs/ledgersqa-{{truncation,sled}}-* --paired {data['paired']['base']}`): "
             + paired_markdown(data["paired"]))
 
 
-def render_dryrun_costs() -> str:
-    """The paper profile's hours on one GPU under its recipe (the bill), and the dry runs' memory at the longest
-    documents."""
-    from scaleformer.artifacts.bill import readme_summary
-    from scaleformer.artifacts.cost_report import summary_markdown
-
-    text = summary_markdown(RESULTS / "dryrun", ("table1", "table2", "figure2", "table_qa"), link="results/dryrun")
-    if text is None:
-        raise MissingResults("results/dryrun/: no cost table (make table1 PROFILE=dryrun)")
-    memory = text[text.index("Peak GB to train"):].replace(
-        "Peak GB to train at the longest documents,", "Peak GB of a training step at the longest documents the dry "
-        "runs scaled to (BookSum's whole books: the recipe trains on their first 16,384 tokens, so an upper bound),", 1)
-    return readme_summary(_read_json(RESULTS / "dryrun" / "bill.json"), "results/dryrun") + "\n\n" + memory
-
-
 RENDERERS: dict[str, Callable[[], str]] = {
-    "default": render_default,
-    "default-town": render_default_town,
-    "times": render_times,
+    "default": lambda: render_default(RESULTS),
+    "default-town": lambda: render_default_town(RESULTS),
+    "times": lambda: render_times(RESULTS),
     "table1-tiny-dev": lambda: render_table("table1", "dev", ["rouge1", "fact_recall", "fact_field_recall"]),
     "table1-tiny-test": lambda: render_table("table1", "test", ["rouge1", "fact_recall", "fact_field_recall"]),
     "table1-tiny-reading": render_table1_reading,
@@ -377,7 +288,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "table_qa-seeds-power": lambda: render_detectable("table_qa", "exact_match", "table_qa_seeds"),
     "table2-tiny-power": lambda: render_detectable("table2", "rouge1"),
     "selector-picks": render_selector_picks,
-    "dryrun-costs": render_dryrun_costs,
+    "dryrun-costs": lambda: render_dryrun_costs(RESULTS),
 }
 
 

@@ -16,7 +16,8 @@ SPAN = re.compile(r"`((?:\+\+|\+|~)?[a-z_]+(?:\.[A-Za-z_0-9]+)+=[^`]+)`")
 PLACEHOLDER = re.compile(r"\.\.\.|\bDIR\b|\bPATH\b|[|:]")
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
 # What a span's paragraph says it goes with (the option or key it is an option of).
-CONTEXT = {"generation.compile=true": ["generation.static_cache=true"], "method.keep_rule=sled": ["method=sled"]}
+CONTEXT = {"generation.compile=true": ["generation.static_cache=true"], "method.keep_rule=sled": ["method=sled"],
+           "logger.wandb.log_model=true": ["logger=wandb"], "logger.wandb.offline=false": ["logger=wandb"]}
 
 
 def spans() -> list[tuple[str, str]]:

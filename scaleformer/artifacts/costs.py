@@ -17,14 +17,11 @@ generates for one document with the paper's beams and ``max_new_tokens``. Per ce
   and per-document cost from the config's ``trainer.validation``: :mod:`scaleformer.artifacts.cost_validation`)
   + ``paper_eval_docs`` x generation seconds per document, the arithmetic written out, validation's hours and
   share of the total apart, the trainer's numbers from composing the paper profile's own config;
-- whether the training peak fits a 24/40/80 GB device;
-- on a CPU, GPU-hours of training from the counted FLOPs at 1-5% of an H100's dense bf16 peak (what one
-  H200 reached in table1's dry run at batch 1, and the table says where the range is from); on a GPU,
-  what it measured and nothing assumed.
+- whether the training peak fits a 24/40/80 GB device; on a CPU, GPU-hours of training from the counted
+  FLOPs at 1-5% of an H100's dense bf16 peak (``MFU``); on a GPU, what it measured and nothing assumed.
 
-A record is checked before any of it is read (:mod:`scaleformer.artifacts.cost_check`: one line naming
-the run, the field and the value); a cell whose run has no record stays in the table as "not measured",
-naming its run, and leaves the table's total unknown rather than short.
+A record is checked before it is read (:mod:`scaleformer.artifacts.cost_check`); a cell whose run has no
+record stays in the table as "not measured", leaving the total unknown rather than short.
 """
 
 from __future__ import annotations
@@ -314,8 +311,7 @@ def distinct(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def measured_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows with numbers (not the cells marked ``not_measured``)."""
-    return [r for r in rows if not r.get("not_measured")]
+    return [r for r in rows if not r.get("not_measured")]  # the cells marked not_measured have no numbers
 
 
 def total_hours(rows: list[dict[str, Any]]) -> float | None:

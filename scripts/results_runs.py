@@ -1,0 +1,120 @@
+"""The README's blocks about whole runs: the embedded default's scores, the two commands' times, and the paper
+profile's bill from the dry runs; with the pieces every block shares (reading a results file, a commit, a
+number). Each renderer reads the ``results`` folder it is given (``scripts/render_results.py`` passes its own,
+or a restated copy)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+LABELS = {"rouge1": "R-1", "rouge2": "R-2", "rougeL": "R-L", "fact_recall": "Facts", "fact_field_recall": "Parts",
+          "town_accuracy": "Town", "exact_match": "EM", "f1": "F1", "bertscore_f1": "BS"}
+
+
+def _shown(path: Path) -> str:
+    """A results file as a message names it: from the repository's root when it lies inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+class MissingResults(Exception):
+    """A block's results file is absent or unreadable."""
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise MissingResults(f"{_shown(path)}: {e}") from None
+
+
+def short_commit(c: str | None) -> str:
+    return (c or "unknown")[:12] + ("-dirty" if c and c.endswith("-dirty") else "")
+
+
+def fmt1(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1f}"
+
+
+
+# ---- the default run ----------------------------------------------------------------------------
+
+def _blind(results: Path, split: str) -> dict[str, Any]:
+    return read_json(results / "default" / f"input_blind_{split}.json")
+
+
+def render_default(results: Path) -> str:
+    metrics = read_json(results / "default" / "metrics.json")
+    keys = ["rouge1", "rouge2", "rougeL", "fact_recall", "fact_field_recall", "town_accuracy"]
+    lines = [f"| split | input | {' | '.join(LABELS[k] for k in keys)} |", "|---|---|" + "---|" * len(keys)]
+    for split in ("validation", "test"):
+        b = _blind(results, split)
+        for name, base in b["baselines"].items():
+            lines.append(f"| {split} ({b['n']}) | {name} | " + " | ".join(fmt1(base["scores"].get(k)) for k in keys)
+                         + " |")
+    method = metrics["method"]
+    return "\n".join([
+        f"From `results/default/` (`make default-results`): {method['option']} fine-tuning "
+        f"{metrics['backbone']['name']} for {metrics['step']} steps (wall time {metrics['wall_time_s'] / 60:.0f} "
+        f"minutes on 2 CPU cores), commit {short_commit(metrics['commit'])}.", "", *lines])
+
+
+def render_default_town(results: Path) -> str:
+    parts = []
+    for split in ("validation", "test"):
+        b = _blind(results, split)
+        n, own = b["n"], b["baselines"]["own document"]["scores"]
+        top = b["baselines"]["training summary"]["scores"]
+        parts.append(f"{round(own['town_accuracy'] * n / 100)} of {n} {split} ledgers "
+                     f"(the most frequent training summary: {round(top['town_accuracy'] * n / 100)})")
+    m = read_json(results / "default" / "metrics.json")["method"]
+    return (f"`Town`: the summaries name the ledger's own town in {parts[0]} and in {parts[1]}. The town is "
+            f"stated once, in the ledger's first words; with k={m['boundary_tokens']} boundary state per chunk "
+            f"side and m={m['middle_tokens']} {m['middle_strategy']} middle tokens per chunk, its tokens are among "
+            "the states the decoder sees only when the draw keeps them.")
+
+
+def _minutes(s: float) -> str:
+    return f"{s / 60:.0f} min" if s >= 90 else f"{s:.0f} s"
+
+
+def render_times(results: Path) -> str:
+    """The README's two commands: wall times on a fresh clone, idle and beside other work."""
+    runs = read_json(results / "times" / "times.json")["runs"]
+    if "idle" not in runs:
+        raise MissingResults("results/times/times.json: no idle rows (python scripts/time_commands.py)")
+    idle, i = runs["idle"], {r["step"]: r for r in runs["idle"]["rows"]}
+    first = i["run"]["first_progress_s"], i["run_terminal"]["first_progress_s"]
+    text = (f"Measured on a fresh clone by `python scripts/time_commands.py` (`results/times/times.json`; commit "
+            f"{idle['commit']}, {idle['when']}; {idle['machine']}) with nothing else running (mean load "
+            f"{i['run']['load_mean']:.1f} on {idle['cores']} cores): `make run` takes {_minutes(i['run']['wall_s'])}, "
+            f"its first progress line after {first[0]:.0f} s piped and {first[1]:.0f} s in a terminal; `make test` "
+            f"takes {_minutes(i['test']['wall_s'])}. On a fresh clone both first build `.venv` from the lock: "
+            f"{_minutes(i['setup']['wall_s'])} here, where pip's cache held every wheel (a first download adds its time).")
+    if "busy" in runs:
+        busy, b = runs["busy"], {r["step"]: r for r in runs["busy"]["rows"]}
+        text += (f" Beside {busy['load_processes']} CPU-bound processes (another job's worth on {busy['cores']} cores; "
+                 f"mean load {b['run']['load_mean']:.1f}) `make run` takes {_minutes(b['run']['wall_s'])} "
+                 f"({b['run']['wall_s'] / i['run']['wall_s']:.1f}x)"
+                 + (f" and `make test` {_minutes(b['test']['wall_s'])} ({b['test']['wall_s'] / i['test']['wall_s']:.1f}x)"
+                    if "test" in b else "") + ": the cores are shared, so times stretch with the load.")
+    return text
+
+
+# ---- the paper profile's bill ---------------------------------------------------------------------
+
+def render_dryrun_costs(results: Path) -> str:
+    """The paper profile's hours on one GPU under its recipe (the bill), and the dry runs' memory at the longest
+    documents."""
+    from scaleformer.artifacts.bill import readme_summary
+    from scaleformer.artifacts.cost_report import summary_markdown
+
+    text = summary_markdown(results / "dryrun", ("table1", "table2", "figure2", "table_qa"), link="results/dryrun")
+    if text is None:
+        raise MissingResults("results/dryrun/: no cost table (make table1 PROFILE=dryrun)")
+    memory = text[text.index("Peak GB to train"):].replace(
+        "Peak GB to train at the longest documents,", "Peak GB of a training step at the longest documents the dry "
+        "runs scaled to (BookSum's whole books: the recipe trains on their first 16,384 tokens, so an upper bound),", 1)
+    return readme_summary(read_json(results / "dryrun" / "bill.json"), "results/dryrun") + "\n\n" + memory
