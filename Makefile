@@ -55,11 +55,16 @@ run: setup          ## train + evaluate the embedded default (make run ARGS="met
 default-results: setup  ## results/default/: the default run's scores and its input-blind baselines (the README's first table)
 	$(PY) scripts/default_results.py
 
+# A pytest-xdist worker per core (at most 8: the rehearsal's BART-base-shaped runs need memory), a test file's
+# tests on one worker (its module fixtures built once); each worker takes its share of the threads
+# (tests/conftest.py). TEST_WORKERS=0 runs them in this process, one after another.
+TEST_WORKERS ?= auto
+XDIST = -n $(TEST_WORKERS) $(if $(filter auto,$(TEST_WORKERS)),--maxprocesses 8) --dist loadfile
 test: setup         ## fast test tier (what CI runs)
-	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -q $(XDIST) $(PYTEST_ARGS)
 
 test-all: setup     ## every test, slow ones included (gpu ones skip without CUDA)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # Floating-point results differ across torch's CPU kernels; the goldens must hold on every one of them.
 KERNELS ?= default avx2

@@ -17,6 +17,13 @@ PAPERS_ENV = "SCALEFORMER_PAPERS"             # a folder holding the papers' tex
 PAPERS_REQUIRED_ENV = "SCALEFORMER_PAPERS_REQUIRED"  # "1": a missing paper fails instead of skipping (CI)
 _optional_papers_default = ROOT.parent / "shared" / "papers"
 
+# Under pytest-xdist (`make test` runs a worker per core) the workers share the cores: each, and every command it
+# starts, gets its share of threads, or OpenMP's threads oversubscribe the machine and every worker slows down.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+if _WORKERS > 1:
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
 # Tests never reach the hub; make the libraries fail fast instead of retrying a dead network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
