@@ -91,7 +91,7 @@ def render_times(results: Path) -> str:
             f"{idle['commit']}, {idle['when']}; {idle['machine']}) with nothing else running (mean load "
             f"{i['run']['load_mean']:.1f} on {idle['cores']} cores): `make run` takes {_minutes(i['run']['wall_s'])}, "
             f"its first progress line after {first[0]:.0f} s piped and {first[1]:.0f} s in a terminal; `make test` "
-            f"takes {_minutes(i['test']['wall_s'])}. On a fresh clone both first build `.venv` from the lock: "
+            f"takes {_minutes(i['test']['wall_s'])} (a pytest-xdist worker per core). On a fresh clone both first build `.venv` from the lock: "
             f"{_minutes(i['setup']['wall_s'])} here, where pip's cache held every wheel (a first download adds its time).")
     if "busy" in runs:
         busy, b = runs["busy"], {r["step"]: r for r in runs["busy"]["rows"]}

@@ -16,15 +16,18 @@ the README's sentence from it.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import pty
 import re
 import select
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 from datetime import UTC, datetime
@@ -87,11 +90,13 @@ def piped(command: list[str], cwd: Path, log: Path, first: re.Pattern[str] | Non
     return row
 
 
-def terminal_first_line(command: list[str], cwd: Path, limit_s: float = 600.0) -> dict[str, Any]:
+def terminal_first_line(command: list[str], cwd: Path, limit_s: float = 600.0, rows: int = 40,
+                        columns: int = 120) -> dict[str, Any]:
     """``command`` in a pseudo-terminal until its progress bar is first drawn (then stopped): the seconds to it."""
     t0 = time.perf_counter()
     pid, fd = pty.fork()
-    if pid == 0:  # the child: the command, its stdout a terminal
+    if pid == 0:  # the child: the command, its stdout a terminal of a real one's size (tqdm draws nothing at 0 columns)
+        fcntl.ioctl(pty.STDOUT_FILENO, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         os.chdir(cwd)
         os.execvp(command[0], command)
     seen, first_s = "", None

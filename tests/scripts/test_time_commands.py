@@ -3,12 +3,14 @@ the load beside it; the README's sentence renders from its file."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
+import results_runs  # noqa: E402
 import time_commands  # noqa: E402
 
 # The progress a run prints: a line per tenth when piped, a redrawn bar in a terminal.
@@ -35,6 +37,20 @@ def test_in_a_terminal_the_first_drawn_bar_stops_the_command(tmp_path):
     assert row["first_progress_s"] is not None and 0.3 <= row["first_progress_s"] < 20  # not the 30 s sleep
 
 
+def test_a_real_tqdm_bar_is_drawn_in_the_terminal_and_found(tmp_path):
+    # A pseudo-terminal of 0 columns, as pty.fork leaves it, makes tqdm draw nothing: the terminal has a size.
+    code = "import time, tqdm\nfor _ in tqdm.tqdm(range(2)): time.sleep(30)"
+    row = time_commands.terminal_first_line([sys.executable, "-c", code], tmp_path, limit_s=20)
+    assert row["first_progress_s"] is not None and row["first_progress_s"] < 20
+
+
+def test_the_training_bar_of_a_run_in_a_terminal_is_found(tmp_path):
+    command = [sys.executable, "train.py", "debug=default", f"paths.root={tmp_path}/results",
+               f"paths.cache={tmp_path}/cache"]
+    row = time_commands.terminal_first_line(command, ROOT, limit_s=120)
+    assert row["first_progress_s"] is not None and row["first_progress_s"] < 120
+
+
 def test_a_command_that_never_draws_a_bar_gives_none(tmp_path):
     row = time_commands.terminal_first_line([sys.executable, "-c", "print('no bar')"], tmp_path, limit_s=20)
     assert row["first_progress_s"] is None
@@ -43,3 +59,34 @@ def test_a_command_that_never_draws_a_bar_gives_none(tmp_path):
 def test_bad_load_is_refused():
     with pytest.raises(SystemExit, match=r"^error: --load=-1: must be >= 0$"):
         time_commands.main(["--load", "-1"])
+
+
+def _times(tmp_path, runs):
+    (tmp_path / "times").mkdir()
+    (tmp_path / "times" / "times.json").write_text(json.dumps({"runs": runs}))
+    return tmp_path
+
+
+def _label(rows, load):
+    return {"commit": "70b0654abcde", "when": "2026-11-28 18:40 UTC", "machine": "x86_64, 2 cores", "cores": 2,
+            "load_processes": load, "rows": rows}
+
+
+IDLE = [{"step": "setup", "wall_s": 300.0}, {"step": "run", "wall_s": 660.0, "first_progress_s": 21.0, "load_mean": 1.1},
+        {"step": "run_terminal", "first_progress_s": 24.0}, {"step": "test", "wall_s": 1140.0}]
+
+
+def test_the_readme_sentence_renders_idle_and_busy_rows_from_the_file(tmp_path):
+    busy = [{"step": "setup", "wall_s": 500.0}, {"step": "run", "wall_s": 1320.0, "first_progress_s": 40.0,
+                                                 "load_mean": 3.2}, {"step": "run_terminal", "first_progress_s": 50.0}]
+    text = results_runs.render_times(_times(tmp_path, {"idle": _label(IDLE, 0), "busy": _label(busy, 2)}))
+    assert "commit 70b0654abcde" in text and "mean load 1.1 on 2 cores" in text
+    assert "`make run` takes 11 min, its first progress line after 21 s piped and 24 s in a terminal" in text
+    assert "`make test` takes 19 min (a pytest-xdist worker per core)" in text and "5 min here" in text
+    assert "Beside 2 CPU-bound processes" in text and "`make run` takes 22 min (2.0x)" in text
+    assert "`make test` 19" not in text.split("Beside")[1]  # the busy run timed no tests: none claimed
+
+
+def test_the_sentence_needs_the_idle_rows(tmp_path):
+    with pytest.raises(results_runs.MissingResults, match="no idle rows"):
+        results_runs.render_times(_times(tmp_path, {"busy": _label(IDLE, 2)}))
