@@ -1,7 +1,7 @@
 """Wall time of the README's two commands on a fresh clone of this repository, for the README to state.
 
-    python scripts/time_commands.py                  # idle: nothing else should run (about 35 minutes on 2 cores)
-    python scripts/time_commands.py --load 2         # busy: 2 CPU-bound processes beside it, as another job would be
+    .venv/bin/python scripts/time_commands.py            # idle: nothing else should run (about 30 minutes on 2 cores)
+    .venv/bin/python scripts/time_commands.py --load 2   # busy: 2 CPU-bound processes beside it, as another job would be
 
 Clones HEAD (committed work only) into a temporary folder, then times, one after another: ``make setup`` (a fresh ``.venv`` from
 the lock; pip's cache and this machine's wheels make it faster than a first download), ``make run`` with its
@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.load < 0:
         raise SystemExit(f"error: --load={args.load}: must be >= 0")
     label = args.label or ("busy" if args.load else "idle")
+    host = machine()  # before the half hour of measuring: an environment that cannot describe the machine stops here
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout.strip()
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         for h in hogs:
             h.kill()
     doc = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": {}}
-    doc["runs"][label] = {"commit": commit[:12], "machine": machine(),
+    doc["runs"][label] = {"commit": commit[:12], "machine": host,
                           "cores": os.cpu_count(), "load_processes": args.load,
                           "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "rows": rows}
     atomic_write_json(args.out, doc)
