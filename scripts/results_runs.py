@@ -87,7 +87,7 @@ def render_times(results: Path) -> str:
         raise MissingResults("results/times/times.json: no idle rows (python scripts/time_commands.py)")
     idle, i = runs["idle"], {r["step"]: r for r in runs["idle"]["rows"]}
     first = i["run"]["first_progress_s"], i["run_terminal"]["first_progress_s"]
-    text = (f"Measured on a fresh clone by `python scripts/time_commands.py` (`results/times/times.json`; commit "
+    text = (f"Measured on a fresh clone by `.venv/bin/python scripts/time_commands.py` (`results/times/times.json`; commit "
             f"{idle['commit']}, {idle['when']}; {idle['machine']}) with nothing else running (mean load "
             f"{i['run']['load_mean']:.1f} on {idle['cores']} cores): `make run` takes {_minutes(i['run']['wall_s'])}, "
             f"its first progress line after {first[0]:.0f} s piped and {first[1]:.0f} s in a terminal; `make test` "
