@@ -249,7 +249,7 @@ def time_lines(rows: list[dict[str, Any]], shown: int = 5) -> list[str]:
             lines.append(f"- {r['method']}/{r['dataset']}/{v}: {busy}{top['of']}: " + ", ".join(parts))
     if lines:
         lines = ["", "Where the time went (each cell's profiled warm-up micro-batch at its longest plain length; "
-                 "scaleformer/bench/measure.py):", "", *lines]
+                 "scaleformer/ops/measure.py):", "", *lines]
     return lines
 
 

@@ -12,7 +12,7 @@ Run after the training cells, inside the same call and budget (:mod:`scaleformer
   ``repeats`` timed runs (CUDA events on a GPU), median and IQR of ms per token (a run over its tokens; the
   run includes projecting the memory's cross-attention keys/values once, which the floor leaves out). Each row
   gets its floor (:func:`scaleformer.bench.floor.step_floor`: the bytes a step reads over the copy bandwidth
-  :func:`scaleformer.bench.measure.copy_bandwidth` measured once per call) and the issue's target.
+  :func:`scaleformer.ops.measure.copy_bandwidth` measured once per call) and the issue's target.
 * **docs**: documents per second evaluating 32 SummScreenFD-length documents (drawn as
   ``conf/data/dryrun_summscreen.yaml`` draws them, read up to its cap) with truncation, SLED and ScaleFormer +
   Middle at the framework's 4 beams, ``new_tokens`` forced, bf16-mixed on a GPU (fp32 weights under autocast,
@@ -42,7 +42,6 @@ from omegaconf import OmegaConf
 
 from scaleformer.bench.batched_eval import speedups
 from scaleformer.bench.floor import step_floor
-from scaleformer.bench.measure import copy_bandwidth, is_oom
 from scaleformer.bench.shapes import load_shape, random_model
 from scaleformer.compose import compose_config
 from scaleformer.config import GenerationConfig
@@ -54,6 +53,7 @@ from scaleformer.model.batching import auto_batch
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
 from scaleformer.ops import decoding, static_decoding
 from scaleformer.ops.compat import compiled_graphs
+from scaleformer.ops.measure import copy_bandwidth, is_oom
 from scaleformer.resources import conf_dir
 from scaleformer.runs import cost_fit
 from scaleformer.runs.context import to_config

@@ -41,7 +41,6 @@ from typing import Any
 import torch
 
 from scaleformer.bench.floor import kv_bytes, weight_bytes
-from scaleformer.bench.measure import copy_bandwidth
 from scaleformer.compose import compose_config
 from scaleformer.config import GenerationConfig
 from scaleformer.data.sampler import length_sorted_batches
@@ -52,6 +51,7 @@ from scaleformer.model.backbone import build_model, prepare
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
 from scaleformer.ops.decoding import generation_kwargs
 from scaleformer.ops.host_memory import DEFAULTS, heap, keep_freed_memory
+from scaleformer.ops.measure import copy_bandwidth
 from scaleformer.resources import conf_dir
 from scaleformer.runs import cost_fit
 from scaleformer.runs.context import to_config

@@ -22,7 +22,6 @@ from typing import Any
 import torch
 
 from scaleformer.bench.floor import step_floor
-from scaleformer.bench.measure import MemoryProbe, is_oom, measure
 from scaleformer.bench.probes import (
     content_ids,
     encoder_flops,
@@ -34,6 +33,7 @@ from scaleformer.bench.profile import Profile
 from scaleformer.bench.shapes import Shape
 from scaleformer.methods import Method
 from scaleformer.ops import compat, decoding
+from scaleformer.ops.measure import MemoryProbe, is_oom, measure
 
 
 @dataclass

@@ -10,7 +10,7 @@ What: the framework's own generation path (:func:`scaleformer.ops.decoding.gener
 cross-attention) on one encoded document, at 1 and 4 beams, with the output length forced
 (``min_new_tokens = max_new_tokens``), eager with the dynamic cache and with ``cache_implementation="static"``
 (:mod:`scaleformer.ops.static_decoding`; a CPU never compiles). Per setting: one untimed warm-up, one
-untimed run under ``torch.profiler`` (operators per token, :func:`scaleformer.bench.measure.count_ops`),
+untimed run under ``torch.profiler`` (operators per token, :func:`scaleformer.ops.measure.count_ops`),
 then ``repeats`` timed runs, the settings interleaved run by run so that a shared machine's drift falls
 on all alike; median and IQR of the milliseconds per generated token (the run's time over the forced
 length; the encoder is outside it). Both caches' token sequences are compared. ``dynamic (before)`` is the
@@ -37,10 +37,10 @@ from unittest import mock
 
 import torch
 
-from scaleformer.bench.measure import Timing, count_ops
 from scaleformer.io import atomic_write_text
 from scaleformer.ops import binding, decoding
 from scaleformer.ops.host_memory import keep_freed_memory
+from scaleformer.ops.measure import Timing, count_ops
 from scaleformer.resources import conf_dir, resolve_asset
 from scaleformer.runs.runtime import machine
 

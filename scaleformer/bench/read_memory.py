@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 
-from scaleformer.bench.measure import MemoryProbe
 from scaleformer.config import DataConfig, SplitNames
 from scaleformer.data.datamodule import SummarizationDataModule
 from scaleformer.data.encode import encode
@@ -32,6 +31,7 @@ from scaleformer.data.sources import LocalSource
 from scaleformer.data.synthetic import make_ledger, stream_seed
 from scaleformer.io import atomic_write_json, atomic_write_text
 from scaleformer.model.tokenizer import load_offline_tokenizer, special_token_ids
+from scaleformer.ops.measure import MemoryProbe
 from scaleformer.runs.runtime import machine
 
 WAYS = ("streaming", "in_memory")

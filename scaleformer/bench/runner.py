@@ -6,7 +6,7 @@ cell is written at once (atomically), so a killed run keeps what it measured, an
 cells already measured with the same settings, so a long grid can be run in pieces.
 
 The device's copy bandwidth is measured once per run, in this process, with the profile's threads
-(:func:`scaleformer.bench.measure.copy_bandwidth`), recorded with the run's environment, and every
+(:func:`scaleformer.ops.measure.copy_bandwidth`), recorded with the run's environment, and every
 generation cell's floor is computed against it (each cell keeps the value it used, so a resumed
 grid measured in pieces stays self-describing).
 """
@@ -28,7 +28,6 @@ from typing import Any
 import torch
 
 from scaleformer.bench.cell import Context, measure_cell
-from scaleformer.bench.measure import MemoryProbe, copy_bandwidth
 from scaleformer.bench.probes import peak_tflops
 from scaleformer.bench.profile import Profile
 from scaleformer.bench.report import write_outputs
@@ -37,6 +36,7 @@ from scaleformer.bench.shapes import Shape, attention_impl, load_shape
 from scaleformer.bench.summary import summarise
 from scaleformer.io import atomic_write_json
 from scaleformer.ops.host_memory import heap
+from scaleformer.ops.measure import MemoryProbe, copy_bandwidth
 from scaleformer.resources import package_commit
 from scaleformer.runs.runtime import device_name
 

@@ -10,7 +10,7 @@ probes, so the timed micro-batches run with nothing attached: the first counts t
 attention, forward and backward: :func:`scaleformer.ops.compat.flop_counter`; the encoder's forward apart),
 the second the host-device synchronisations (CUDA's sync debug mode; a CPU has none) and the operators of
 its whole cycle (torch.profiler: dispatcher calls, and kernels on a GPU), the last the peak memory
-(:class:`scaleformer.bench.measure.MemoryProbe`). Each timed micro-batch's cycle (the previous one's
+(:class:`scaleformer.ops.measure.MemoryProbe`). Each timed micro-batch's cycle (the previous one's
 end to its end) is split at Lightning's hooks into data (the collate function's time), forward (to
 ``on_before_backward``), backward, optimiser (from ``on_before_optimizer_step``: clipping, the step, the
 scheduler) and other (callbacks, logging, the loop). On a GPU these are CUDA events, read with one
@@ -41,13 +41,13 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from scaleformer.bench.measure import (
+from scaleformer.ops import compat
+from scaleformer.ops.measure import (
     compute_dtype,
     count_ops,
     matmul_peak,
     profiler_activities,
 )
-from scaleformer.ops import compat
 from scaleformer.runs.cost_generate import GenerationProbe
 from scaleformer.runs.cost_schedule import settings
 from scaleformer.runs.cost_waits import WaitCounters, since

@@ -17,7 +17,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from scaleformer.bench.measure import MemoryProbe, sync
+from scaleformer.ops.measure import MemoryProbe, sync
 
 
 class GenerationProbe(pl.Callback):

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from scaleformer.bench.measure import compute_dtype
 from scaleformer.model.batching import auto_batch, shape_of
+from scaleformer.ops.measure import compute_dtype
 from scaleformer.ops.memory import Shape, device_bytes, training_bytes
 
 log = logging.getLogger("scaleformer")

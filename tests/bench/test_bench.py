@@ -15,7 +15,6 @@ from scaleformer import bench
 from scaleformer.bench import cell as bench_cell
 from scaleformer.bench import runner
 from scaleformer.bench.cli import main, parse_sizes
-from scaleformer.bench.measure import MemoryProbe, Timing, measure, top_by_time
 from scaleformer.bench.probes import encoder_flops, peak_tflops
 from scaleformer.bench.profile import Comparison, Profile, Target, load_profile
 from scaleformer.bench.rows import FULL, LED, SkipMethod, expand_methods, make_method, method_params
@@ -26,6 +25,7 @@ from scaleformer.methods import REGISTRY
 from scaleformer.methods.sled import Sled
 from scaleformer.methods.truncation import Truncation, TruncationConfig
 from scaleformer.model.spec import BackboneSpec
+from scaleformer.ops.measure import MemoryProbe, Timing, measure, top_by_time
 
 METHODS = ("truncation", "sled", "scaleformer", "scaleformer_middle", "full_attention", FULL, LED)
 SIZES = (64, 128, 256)
@@ -514,7 +514,7 @@ def test_a_gpu_cycle_sums_its_kernels_device_time_and_ranks_them():
     """The GPU branch of count_ops, on stand-in profiler events (the gpu tier meets the real ones)."""
     from types import SimpleNamespace as NS
 
-    from scaleformer.bench.measure import count_ops
+    from scaleformer.ops.measure import count_ops
 
     def event(name, device, us=0.0, parent=None):
         return NS(name=name, device_type=device, cpu_parent=parent, self_cpu_time_total=1.0,

@@ -14,11 +14,11 @@ from transformers import AutoModelForSeq2SeqLM, BartConfig, T5Config
 
 from scaleformer import bench
 from scaleformer.bench.floor import kv_bytes, step_floor, weight_bytes
-from scaleformer.bench.measure import copy_bandwidth
 from scaleformer.bench.report import markdown
 from scaleformer.bench.rows import LED
 from scaleformer.bench.summary import summarise
 from scaleformer.ops import decoding
+from scaleformer.ops.measure import copy_bandwidth
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,11 +15,11 @@ from omegaconf import OmegaConf
 from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
-from scaleformer.bench.measure import MemoryProbe
 from scaleformer.errors import ConfigError
 from scaleformer.methods import build_method, method_config
 from scaleformer.model.spec import BackboneSpec
 from scaleformer.ops.fusion import span_cumulation
+from scaleformer.ops.measure import MemoryProbe
 
 BART = BackboneSpec(max_positions=1024, pad_id=1, prefix_ids=(0,), suffix_ids=(2,), d_model=16)
 T5 = BackboneSpec(max_positions=1024, pad_id=0, prefix_ids=(), suffix_ids=(1,), d_model=16)
@@ -492,8 +492,8 @@ def test_checkpoint_chunks_is_a_runtime_key():
 def test_two_million_token_training_step_with_checkpoint_chunks():
     """A training step on a 2,000,000-token document (scaleformer_middle, the repo's tiny_bart) holds the
     kept states plus one micro-batch: under 4 GB of peak RSS growth (measured 2.3 GB; ~29 GB without)."""
-    from scaleformer.bench.measure import MemoryProbe
     from scaleformer.bench.shapes import load_shape, random_model
+    from scaleformer.ops.measure import MemoryProbe
 
     shape = load_shape("tiny_bart")
     model, _ = random_model(shape.config, "sdpa", torch.device("cpu"), torch.float32, 0)

@@ -7,8 +7,8 @@ import pytest
 import torch
 from conftest import compose
 
-from scaleformer.bench.measure import compute_dtype
 from scaleformer.ops import compat
+from scaleformer.ops.measure import compute_dtype
 from scaleformer.runs import cost_fit
 from scaleformer.runs.cost import CostProbe, _split
 from scaleformer.runs.cost_generate import new_tokens
