@@ -70,35 +70,47 @@ class Load:
         return {"load_mean": round(sum(s) / len(s), 2), "load_max": round(max(s), 2)}
 
 
-def piped(command: list[str], cwd: Path, log: Path, first: re.Pattern[str] | None = None) -> dict[str, Any]:
+def piped(command: list[str], cwd: Path, log: Path, first: re.Pattern[str] | None = None,
+          env: dict[str, str] | None = None, limit_s: float | None = None) -> dict[str, Any]:
     """``command`` with its output to a pipe (read here, written to ``log``): its wall time, its exit status
-    and the seconds to the first line matching ``first``."""
+    and the seconds to the first line matching ``first``. Past ``limit_s`` it is stopped (its process group
+    SIGTERMed) and the row says so (``stopped_at_s``): a measurement that would never end is a finding too."""
     t0 = time.perf_counter()
     first_s = None
     with Load() as load, open(log, "w", encoding="utf-8") as out:
-        proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=env, start_new_session=True)
+        timer = threading.Timer(limit_s, os.killpg, (proc.pid, signal.SIGTERM)) if limit_s else None
+        if timer is not None:
+            timer.start()
         for line in proc.stdout:  # type: ignore[union-attr]
             out.write(line)
             if first is not None and first_s is None and first.search(line):
                 first_s = round(time.perf_counter() - t0, 1)
         rc = proc.wait()
+        stopped = timer is not None and timer.finished.is_set()
+        if timer is not None:
+            timer.cancel()
     row = {"command": " ".join(command), "rc": rc, "wall_s": round(time.perf_counter() - t0, 1), **load.summary()}
     if first is not None:
         row["first_progress_s"] = first_s
+    if stopped:
+        row["stopped_at_s"] = limit_s
+        return row
     if rc != 0:
         raise SystemExit(f"error: {row['command']} exited {rc}; its output is in {log}")
     return row
 
 
 def terminal_first_line(command: list[str], cwd: Path, limit_s: float = 600.0, rows: int = 40,
-                        columns: int = 120) -> dict[str, Any]:
+                        columns: int = 120, env: dict[str, str] | None = None) -> dict[str, Any]:
     """``command`` in a pseudo-terminal until its progress bar is first drawn (then stopped): the seconds to it."""
     t0 = time.perf_counter()
     pid, fd = pty.fork()
     if pid == 0:  # the child: the command, its stdout a terminal of a real one's size (tqdm draws nothing at 0 columns)
         fcntl.ioctl(pty.STDOUT_FILENO, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         os.chdir(cwd)
-        os.execvp(command[0], command)
+        os.execvpe(command[0], command, env if env is not None else os.environ)
     seen, first_s = "", None
     try:
         while time.perf_counter() - t0 < limit_s:
@@ -135,9 +147,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--label", default=None, help="the rows' label (default: idle, or busy with --load)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--skip-test", action="store_true", help="time setup and run only")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="OMP_NUM_THREADS for the commands (default: unset, torch's own choice of a thread per core)")
+    ap.add_argument("--logs", type=Path, default=None, help="keep the commands' output here (default: discarded)")
+    ap.add_argument("--limit-s", type=float, default=None, help="stop a command after this many seconds (and say so)")
     args = ap.parse_args(argv)
     if args.load < 0:
         raise SystemExit(f"error: --load={args.load}: must be >= 0")
+    if args.threads is not None and args.threads < 1:
+        raise SystemExit(f"error: --threads={args.threads}: must be >= 1")
+    if args.limit_s is not None and args.limit_s <= 0:
+        raise SystemExit(f"error: --limit-s={args.limit_s}: must be > 0")
+    env = dict(os.environ)
+    env.pop("OMP_NUM_THREADS", None)  # the commands as a user types them, unless --threads says otherwise
+    if args.threads is not None:
+        env["OMP_NUM_THREADS"] = str(args.threads)
     label = args.label or ("busy" if args.load else "idle")
     host = machine()  # before the half hour of measuring: an environment that cannot describe the machine stops here
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -147,14 +171,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="time-commands-") as tmp:
             clone = Path(tmp) / "scaleformer"
+            logs = args.logs or Path(tmp)
+            logs.mkdir(parents=True, exist_ok=True)
             subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
             steps: list[tuple[str, Any]] = [
-                ("setup", lambda: piped(["make", "setup"], clone, Path(tmp) / "setup.log")),
-                ("run", lambda: piped(["make", "run"], clone, Path(tmp) / "run.log", PIPE_PROGRESS)),
-                ("run_terminal", lambda: terminal_first_line(["make", "run"], clone)),
+                ("setup", lambda: piped(["make", "setup"], clone, logs / "setup.log", env=env)),
+                ("run", lambda: piped(["make", "run"], clone, logs / "run.log", PIPE_PROGRESS, env, args.limit_s)),
+                ("run_terminal", lambda: terminal_first_line(["make", "run"], clone, args.limit_s or 600.0, env=env)),
             ]
             if not args.skip_test:
-                steps.append(("test", lambda: piped(["make", "test"], clone, Path(tmp) / "test.log")))
+                steps.append(("test", lambda: piped(["make", "test"], clone, logs / "test.log", env=env,
+                                                    limit_s=args.limit_s)))
             for name, step in steps:
                 if name == "run_terminal":  # a fresh run folder: the piped run's results would be re-used
                     subprocess.run(["rm", "-rf", str(clone / "results" / "runs")], check=True)
@@ -166,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             h.kill()
     doc = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": {}}
     doc["runs"][label] = {"commit": commit[:12], "machine": host,
-                          "cores": os.cpu_count(), "load_processes": args.load,
+                          "cores": os.cpu_count(), "load_processes": args.load, "omp_threads": args.threads,
                           "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "rows": rows}
     atomic_write_json(args.out, doc)
     print(f"wrote {args.out} ({label})")

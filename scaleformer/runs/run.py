@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import shutil
 import time
 import traceback
@@ -70,6 +71,10 @@ def run(cfg: Any, checked: Any = None) -> dict[str, Any]:
         log.info("run %s already has results in %s: skipped (skip_existing=true)", ctx.run_id, expected)
         return existing.to_dict()
     ckpt = checkpoints.resolve(rc.trainer.ckpt_path, ctx.checkpoint_dir, ctx.run_dir)
+    on_cpu = rc.trainer.accelerator == "cpu" or (rc.trainer.accelerator == "auto" and not torch.cuda.is_available())
+    if on_cpu and runtime.is_rank_zero() and (note := runtime.busy_note(
+            runtime.running_elsewhere(), os.cpu_count(), torch.get_num_threads())):
+        log.warning(note)  # before torch's threads first spin (they would count themselves as other work)
     attempt = Attempt(fresh=not ctx.run_dir.exists())
     try:
         for key, folder in (("paths.run_dir", ctx.run_dir), ("paths.cache", Path(rc.data.cache_dir))):

@@ -132,6 +132,36 @@ def machine() -> str:
             f"CPU heap: {heap()}")
 
 
+def running_elsewhere(samples: int = 5, every: float = 0.05) -> int | None:
+    """How many tasks are running or waiting for a core besides this process's, now: the median of a few reads
+    of ``/proc/loadavg``'s running count (which counts the reading thread itself). None where there is no such
+    file. Why not the load average: it lags a minute, so the command that ran just before reads as load."""
+    counts = []
+    for i in range(samples):
+        try:
+            running = Path("/proc/loadavg").read_text().split()[3].split("/")[0]
+        except (OSError, IndexError):
+            return None
+        counts.append(int(running) - 1)
+        if i + 1 < samples:
+            time.sleep(every)
+    return max(0, sorted(counts)[len(counts) // 2])
+
+
+def busy_note(others: int | None, cores: int | None, threads: int) -> str | None:
+    """One line when other work leaves this CPU run fewer free cores than torch has threads, else None.
+
+    Why: torch takes a thread per core whatever else runs, and its OpenMP threads wait for each other at every
+    operator; on a shared core they spin while the one they wait for is descheduled. Measured on 2 cores beside
+    two CPU-bound processes (results/times/times.json): the default run with 2 threads against 1."""
+    if others is None or not cores or others == 0 or others + threads <= cores:
+        return None
+    free = max(1, cores - others)
+    return (f"note: {others} other task(s) are running on this machine's {cores} cores and torch has {threads} "
+            f"threads, which wait on each other when a core is taken; with OMP_NUM_THREADS={free} before the command "
+            "a CPU run is several times faster here")
+
+
 def command_line() -> str:
     """The command that started this process, as a user would type it again."""
     argv = list(sys.argv)
