@@ -114,6 +114,10 @@ bench-eval: setup  ## results/bench/batched-eval-cpu*.{json,md}: documents per s
 	$(PY) -m scaleformer.bench.batched_eval --methods sled --new-tokens 64 --tag sled64 --out results/bench
 	$(PY) -m scaleformer.bench.batched_eval --methods truncation,sled,scaleformer_middle --beams 4 --new-tokens 128 --stop eos --tag eval --out results/bench
 
+.PHONY: bench-bucketed
+bench-bucketed: setup  ## results/bench/bucketed-training-cpu.{json,md}: operators and ms per training document, one per micro-batch vs bucketed 4 and 8, SummScreenFD shape (~10 min)
+	$(PY) -m scaleformer.bench.bucketed_training --out results/bench/bucketed-training-cpu.json --repeats 10
+
 .PHONY: bench-decode
 bench-decode: setup  ## results/bench/decode-overhead-cpu.{json,md}: decoding's per-token overhead on the CPU, dynamic vs static cache, 1 and 4 beams, 60 interleaved runs each (~3 min)
 	$(PY) -m scaleformer.bench.decode_overhead --out results/bench/decode-overhead-cpu.json --repeats 60

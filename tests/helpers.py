@@ -27,6 +27,18 @@ class KillAt(CrashAt):
             os._exit(137)
 
 
+class StopAt(pl.Callback):
+    """Stop training cleanly once ``step`` optimiser steps are done (the run saves its last checkpoint there), as
+    an interrupted job would have left it, without the process dying: an in-process resume test."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True
+
+
 def transformers_warnings() -> Any:
     """A context collecting what transformers logs at warning level (its own handler never reaches pytest's
     caplog); ``warning_once``'s memory is cleared first, so a warning said earlier in the session shows again."""

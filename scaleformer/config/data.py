@@ -83,6 +83,10 @@ class DataConfig:
     # <task> beside the predictions (tables mark such a cell "leaderboard"); null: nobody here.
     leaderboard: str | None = runtime(None)
     batch_size: int = 1
+    # Training micro-batches of documents of similar length (scaleformer.data.sampler.bucketed; HF Trainer's
+    # group_by_length), each document's loss its own token mean (scaleformer.ops.loss): several documents
+    # per launch with little padding. Off: the seeded random order, as the lineage trains (one per micro-batch).
+    bucket: bool = False
     # Documents decoded together at evaluation, longest first (null: as many as the memory model says fit
     # the device, scaleformer.model.batching). A document's tokens do not depend on it (tested).
     eval_batch_size: int | None = runtime(None)

@@ -208,7 +208,8 @@ class SummarizationDataModule(pl.LightningDataModule):
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # quiet the fork warning
         size = self.cfg.batch_size if train else self.eval_batch_size
         if train:
-            sampler: Any = ResumableSampler(len(self.datasets[split]), self.seed)
+            lengths = self.datasets[split].lengths().tolist() if self.cfg.bucket and size > 1 else None
+            sampler: Any = ResumableSampler(len(self.datasets[split]), self.seed, lengths, size)
         else:  # several documents a batch: of similar lengths, longest first (rows go back in file order by id)
             lengths = self.datasets[split].lengths().tolist() or [0] * len(self.datasets[split])
             lengths = lengths if first is None else lengths[:first]  # ``first``: only the split's first documents

@@ -51,7 +51,8 @@ TRAINING_GROUPS = ("backbone", "data", "method", "optim", "trainer", "seed")
 # paper's protocol stays out, another joins, with its token cap when it is "greedy".
 ADDED_LATER: dict[str, dict[str, Any]] = {"backbone": {"config_file": None},
                                           "data": {"synthetic_split_seeds": {}, "synthetic_words_spread": 0.0,
-                                                   "max_train_input_tokens": None, "max_prefix_tokens": None},
+                                                   "max_train_input_tokens": None, "max_prefix_tokens": None,
+                                                   "bucket": False},
                                           "optim": {"warmup_ratio": None},
                                           "trainer": {"validation": TrainerConfig.validation}}
 

@@ -20,6 +20,7 @@ from scaleformer.model.backbone import build_model, prepare
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
 from scaleformer.ops import compat
 from scaleformer.ops.decoding import summaries
+from scaleformer.ops.loss import document_loss
 from scaleformer.runs.checkpoints import META_KEY, upgrade_state
 from scaleformer.runs.context import to_config, validation_generation
 
@@ -89,8 +90,10 @@ class SummarizationModule(pl.LightningModule):
 
     # ---------------------------------------------------------------------------------- training
     def forward(self, batch: dict[str, Any]) -> torch.Tensor:
-        return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"],
-                          prefix_ids=batch.get("prefix_ids"), prefix_mask=batch.get("prefix_mask")).loss
+        # several documents: each one's token mean, then their mean (scaleformer.ops.loss: as if accumulated one by one)
+        return document_loss(self.model, batch["labels"], input_ids=batch["input_ids"],
+                             attention_mask=batch["attention_mask"], prefix_ids=batch.get("prefix_ids"),
+                             prefix_mask=batch.get("prefix_mask"))
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         loss = self(batch)
