@@ -119,8 +119,9 @@ bench-bucketed: setup  ## results/bench/bucketed-training-cpu.{json,md}: operato
 	$(PY) -m scaleformer.bench.bucketed_training --out results/bench/bucketed-training-cpu.json --repeats 10
 
 .PHONY: bench-decode
-bench-decode: setup  ## results/bench/decode-overhead-cpu.{json,md}: decoding's per-token overhead on the CPU, dynamic vs static cache, 1 and 4 beams, 60 interleaved runs each (~3 min)
-	$(PY) -m scaleformer.bench.decode_overhead --out results/bench/decode-overhead-cpu.json --repeats 60
+bench-decode: setup  ## results/bench/decode-overhead*-cpu.{json,md}: decoding's per-token overhead on the CPU, transformers' loop (dynamic, static cache) vs the decoding step (eager, compiled), 1 and 4 beams, the tiny reader and BART-base's shape (~12 min)
+	$(PY) -m scaleformer.bench.decode_overhead --out results/bench/decode-overhead-cpu.json --repeats 20
+	$(PY) -m scaleformer.bench.decode_overhead --backbone bart_base_shape --caches 'dynamic,static,step,step (compiled)' --repeats 10 --out results/bench/decode-overhead-bart-base-shape-cpu.json
 
 DIR ?=
 GPU_CHECK_ARGS ?=

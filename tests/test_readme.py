@@ -42,6 +42,7 @@ COVERAGE: list[tuple[str, str, str]] = [
     (r"^make bench$", "test", "tests/bench/test_bench.py::test_results_file_structure"),
     (r"^make bench-step$", "long", "results/bench/step-overhead.md"),
     (r"^make bench-step-compiled$", "long", "results/bench/step-compiled.md"),
+    (r"^make bench-bucketed$", "long", "results/bench/bucketed-training-cpu.md"),
     (r"^make bench-compare$|scripts/bench_compare\.py", "test",
      "tests/bench/test_compare_memory.py::test_the_benchmark_writes_its_results"),
     (r"^make bench-eval$|scaleformer\.bench\.batched_eval", "test",

@@ -7,7 +7,8 @@ Run after the training cells, inside the same call and budget (:mod:`scaleformer
   of 4k, 64k and 1M tokens, through :func:`scaleformer.ops.decoding.generate` (the beam-shared path every
   evaluation uses), the dynamic cache against ``generation.static_cache=true`` (with ``generation.compile=true``
   on a GPU: transformers' CUDA graph; 5.24 compiles greedy search only, and the ``graph`` column says whether
-  anything was compiled). The memory is random encoder states ``[1, T, d]`` of the model's dtype: nothing is
+  anything was compiled) and ``generation.step_decoding=true`` (:mod:`scaleformer.ops.step_decoding`: greedy and
+  beam search as one step compiled whole, a CUDA graph on a GPU). The memory is random encoder states ``[1, T, d]`` of the model's dtype: nothing is
   encoded, so 1M tokens cost their keys/values only. Per row: two untimed warm-ups (the first compiles), then
   ``repeats`` timed runs (CUDA events on a GPU), median and IQR of ms per token (a run over its tokens; the
   run includes projecting the memory's cross-attention keys/values once, which the floor leaves out). Each row
@@ -51,7 +52,7 @@ from scaleformer.export.summarizer import Summarizer
 from scaleformer.model.backbone import build_model, prepare
 from scaleformer.model.batching import auto_batch
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
-from scaleformer.ops import decoding, static_decoding
+from scaleformer.ops import decoding, static_decoding, step_decoding
 from scaleformer.ops.compat import compiled_graphs
 from scaleformer.ops.measure import copy_bandwidth, is_oom
 from scaleformer.resources import conf_dir
@@ -60,7 +61,7 @@ from scaleformer.runs.context import to_config
 
 PARTS = ("decode", "docs")
 LENGTHS, TINY_LENGTHS = (4096, 65536, 1 << 20), (64, 256, 1024)
-BEAMS, CACHES = (1, 4), ("dynamic", "static")
+BEAMS, CACHES = (1, 4), ("dynamic", "static", "step")  # step: scaleformer.ops.step_decoding, compiled on a GPU
 DOC_METHODS = ("sled", "scaleformer_middle", "truncation")  # most telling first, as the training cells
 DOC_BEAMS = 4  # the framework's (and the paper's) beam search
 FIXED_SIZES, TINY_FIXED_SIZES = (4, 8), (2,)
@@ -121,20 +122,24 @@ def decode_row(model: Any, hidden: torch.Tensor, mask: torch.Tensor, beams: int,
                repeats: int, bandwidth: float | None, budget: Budget) -> dict[str, Any] | float:
     """One decoding row, or the seconds its timed runs would take where they would not fit the budget."""
     device = hidden.device
-    g = GenerationConfig(num_beams=beams, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                         static_cache=cache == "static", compile=cache == "static" and device.type == "cuda")
+    g = GenerationConfig(num_beams=beams, max_new_tokens=new_tokens, min_new_tokens=new_tokens, step_decoding=cache
+                         == "step", static_cache=cache == "static", compile=cache != "dynamic" and device.type == "cuda")
     kw = decoding.generation_kwargs(g) | static_decoding.generation_kwargs(g)  # what a run's evaluation passes
+    step, compile_step = kw.pop("step_decoding", False), kw.pop("compile_step", None)
 
     def run() -> Any:
-        return decoding.generate(model, hidden, mask, **kw)
+        return step_decoding.decode(model, hidden, mask, step=step, compile=compile_step, **kw)
 
     graphs = compiled_graphs()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     with torch.no_grad():
         t0 = time.perf_counter()
-        res = decoding.generate(model, hidden, mask, **kw, return_dict_in_generate=True)  # warm-up 1: compiles
-        made, cross = int(res.sequences.shape[1]) - 1, decoding.cross_attention_bytes(res.past_key_values)
+        # warm-up 1 (compiles); the step returns the sequences alone: its beam-shared cross-attention keys/values
+        # are the same layers x [1, heads, T, head_dim] x 2 as the path that returns its cache
+        res = run() if step else decoding.generate(model, hidden, mask, **kw, return_dict_in_generate=True)
+        made, cross = (int(res.shape[1]) - 1, 2 * model.config.decoder_layers * hidden.numel() * hidden.element_size()
+                       ) if step else (int(res.sequences.shape[1]) - 1, decoding.cross_attention_bytes(res.past_key_values))
         del res
         _sync(device)
         first_s = time.perf_counter() - t0
@@ -191,7 +196,8 @@ def decode(gen: dict[str, Any], tiny: bool, device: torch.device, budget: Budget
             if budget.over():
                 gen["skipped"].append(name)
                 continue
-            if cache == "static" and beams == 1 and device.type == "cuda" and not budget.fits(COMPILE_S):
+            compiles = cache == "step" or (cache == "static" and beams == 1)  # transformers compiles greedy only
+            if compiles and device.type == "cuda" and not budget.fits(COMPILE_S):
                 gen["skipped"].append(f"{name} (compiling needs ~{COMPILE_S:.0f} s)")
                 continue
             try:

@@ -37,16 +37,19 @@ from unittest import mock
 
 import torch
 
+from scaleformer.config import BackboneConfig
 from scaleformer.io import atomic_write_text
-from scaleformer.ops import binding, decoding
+from scaleformer.model.backbone import build_model, prepare
+from scaleformer.ops import binding, decoding, step_decoding
 from scaleformer.ops.host_memory import keep_freed_memory
-from scaleformer.ops.measure import Timing, count_ops
+from scaleformer.ops.measure import Timing, count_dispatches, count_ops
 from scaleformer.resources import conf_dir, resolve_asset
 from scaleformer.runs.runtime import machine
 
-SCHEMA = 2
+SCHEMA = 3
 BEFORE = "dynamic (before)"
-CACHES = (BEFORE, "dynamic", "static")
+STEP, COMPILED = "step", "step (compiled)"  # scaleformer.ops.step_decoding, eager and through inductor
+CACHES = (BEFORE, "dynamic", "static", STEP, COMPILED)
 
 
 def _variant(cache: str) -> Any:
@@ -57,12 +60,17 @@ def _variant(cache: str) -> Any:
 
 
 def load_reader(backbone: str = "tiny_bart_reader") -> Any:
-    """The shipped reader of ``conf/backbone/<backbone>.yaml``, in eval mode, with its attention setting."""
+    """The shipped reader of ``conf/backbone/<backbone>.yaml``, in eval mode, with its attention setting;
+    a shape without weights (``bart_base_shape``) with random ones, seeded."""
     from omegaconf import OmegaConf
     from transformers import AutoModelForSeq2SeqLM
 
     cfg = OmegaConf.load(conf_dir() / "backbone" / f"{backbone}.yaml")
     impl = cfg.get("attn_implementation") or "sdpa"
+    if cfg.get("pretrained") is None:
+        conf = BackboneConfig(**OmegaConf.to_container(cfg))  # type: ignore[arg-type]
+        torch.manual_seed(0)
+        return build_model(conf, prepare(conf).conf).eval()
     return AutoModelForSeq2SeqLM.from_pretrained(resolve_asset(cfg.pretrained), attn_implementation=impl,
                                                  use_safetensors=True).eval()  # data, never code
 
@@ -95,22 +103,27 @@ def operators(run: Callable[[], Any], tokens: int) -> dict[str, float | None]:
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         run()
-    counts = count_ops(prof)
+    counts, dispatch = count_ops(prof), count_dispatches(prof)
     return {"aten_ops_per_token": counts["aten_ops_per_step"] / tokens,
-            "top_level_ops_per_token": counts["top_level_ops_per_step"] / tokens}
+            "top_level_ops_per_token": counts["top_level_ops_per_step"] / tokens,
+            "dispatched_per_token": dispatch["dispatched"] / tokens, "graphs_per_token": dispatch["graphs"] / tokens,
+            "ops_inside_graphs_per_token": dispatch["inside_graphs"] / tokens}
 
 
 def measure(beams_list: Sequence[int] = (1, 4), new_tokens: int = 64, repeats: int = 10, doc_tokens: int = 1024,
             no_repeat_ngram_size: int = 0, backbone: str = "tiny_bart_reader",
-            log: Callable[[str], None] = print) -> dict[str, Any]:
+            log: Callable[[str], None] = print, caches: Sequence[str] = CACHES) -> dict[str, Any]:
     """Every (beams, cache) setting: ``repeats`` timed runs each, interleaved; records and comparisons."""
     model = load_reader(backbone)
     hidden, mask = encoded(model, doc_tokens)
     runs: dict[tuple[int, str], Callable[[], Any]] = {}
     for beams in beams_list:
-        for cache in CACHES:
+        for cache in caches:
             kw = settings(beams, new_tokens, cache, no_repeat_ngram_size)
             def run(kw: dict[str, Any] = kw, cache: str = cache) -> Any:
+                if cache in (STEP, COMPILED):
+                    return step_decoding.generate(model, hidden, mask, compile="inductor" if cache == COMPILED
+                                                  else None, **kw)
                 with _variant(cache):
                     return decoding.generate(model, hidden, mask, **kw)
 
@@ -143,7 +156,8 @@ def measure(beams_list: Sequence[int] = (1, 4), new_tokens: int = 64, repeats: i
     return {"schema": SCHEMA, "backbone": backbone, "doc_tokens": doc_tokens, "batch": 1,
             "forced_new_tokens": new_tokens, "no_repeat_ngram_size": no_repeat_ngram_size,
             "torch_threads": torch.get_num_threads(), "rows": rows, "comparison": pairs(rows, "dynamic", "static"),
-            "before_after": pairs(rows, BEFORE, "dynamic")}
+            "before_after": pairs(rows, BEFORE, "dynamic"), "step": pairs(rows, "dynamic", STEP),
+            "step_compiled": pairs(rows, "dynamic", COMPILED)}
 
 
 def pairs(rows: list[dict[str, Any]], first: str, second: str) -> list[dict[str, Any]]:
@@ -160,6 +174,8 @@ def pairs(rows: list[dict[str, Any]], first: str, second: str) -> list[dict[str,
                     "time_ratio": b["ms_per_token"] / a["ms_per_token"],
                     "aten_ops_per_token": [a["aten_ops_per_token"], b["aten_ops_per_token"]],
                     "ops_ratio": b["aten_ops_per_token"] / a["aten_ops_per_token"],
+                    "dispatched_per_token": [a["dispatched_per_token"], b["dispatched_per_token"]],
+                    "dispatched_ratio": b["dispatched_per_token"] / a["dispatched_per_token"],
                     "tokens_equal": a["tokens_equal_dynamic"] and b["tokens_equal_dynamic"]})
     return out
 
@@ -168,19 +184,19 @@ def _pairs_table(title: str, pairs_: list[dict[str, Any]]) -> list[str]:
     if not pairs_:
         return []
     a, b = pairs_[0]["first"], pairs_[0]["second"]
-    lines = ["", title, "", f"| beams | ms/token {a} -> {b} | time ratio | aten ops/token {a} -> {b} | ops ratio | "
-             "same tokens |", "|---|---|---|---|---|---|"]
+    lines = ["", title, "", f"| beams | ms/token {a} -> {b} | time ratio | dispatched ops/token {a} -> {b} | "
+             "ops ratio | same tokens |", "|---|---|---|---|---|---|"]
     for c in pairs_:
-        (ta, tb), (oa, ob) = c["ms_per_token"], c["aten_ops_per_token"]
+        (ta, tb), (oa, ob) = c["ms_per_token"], c["dispatched_per_token"]
         lines.append(f"| {c['beams']} | {ta:.2f} -> {tb:.2f} | {c['time_ratio']:.2f}x | {oa:,.0f} -> {ob:,.0f} | "
-                     f"{c['ops_ratio']:.2f}x | {'yes' if c['tokens_equal'] else 'NO'} |")
+                     f"{c['dispatched_ratio']:.2f}x | {'yes' if c['tokens_equal'] else 'NO'} |")
     return lines
 
 
 def render(doc: dict[str, Any]) -> str:
     load = doc.get("load_average")
     lines = [
-        "# Decoding's per-token overhead (CPU proxy): the default path before and after, and the static cache", "",
+        "# Decoding's per-token overhead (CPU proxy): transformers' loop, the static cache and the decoding step", "",
         f"{doc['backbone']} (compute is next to nothing per step, so ms/token is the framework's per-token "
         f"overhead), one encoded document of {doc['doc_tokens']:,} tokens, batch {doc['batch']}, "
         f"{doc['forced_new_tokens']} new tokens forced (min_new_tokens = max_new_tokens), no_repeat_ngram_size "
@@ -191,14 +207,22 @@ def render(doc: dict[str, Any]) -> str:
         "read the IQR before a difference. Per setting: one untimed warm-up, one untimed profiled run "
         f"(`aten::` operators per token), then {doc['rows'][0]['repeats'] if doc['rows'] else 0} timed runs, the "
         "settings interleaved; median and IQR (ms per generated token = run time / forced length; the "
-        "encoder is outside it). Both caches run eager (a CPU never compiles).", "",
-        "| beams | cache | ms/token (IQR) | min | aten ops/token | top-level ops/token | tokens = dynamic's |",
-        "|---|---|---|---|---|---|---|",
+        "encoder is outside it). transformers' loop runs eager with either cache; `step` is scaleformer's decoding "
+        "step (`scaleformer.ops.step_decoding`), eager and compiled whole by inductor (its warm-up compiles). "
+        "Dispatched ops: `aten::` operators outside compiled graphs plus one per graph call (a compiled graph "
+        "counts as one); the `aten::` calls a graph still makes inside (inductor's extern kernels, e.g. `mm`) beside it.", "",
+        "| beams | decoding | ms/token (IQR) | min | dispatched ops/token | aten ops/token (inside graphs) | "
+        "top-level ops/token | tokens = dynamic's |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in doc["rows"]:
         lines.append(f"| {r['beams']} | {r['cache']} | {r['ms_per_token']:.2f} ({r['ms_per_token_iqr']:.2f}) | "
-                     f"{r['ms_per_token_min']:.2f} | {r['aten_ops_per_token']:,.0f} | "
-                     f"{r['top_level_ops_per_token']:,.0f} | {'yes' if r['tokens_equal_dynamic'] else 'NO'} |")
+                     f"{r['ms_per_token_min']:.2f} | {r['dispatched_per_token']:,.0f} | {r['aten_ops_per_token']:,.0f} "
+                     f"({r['ops_inside_graphs_per_token']:,.0f}) | {r['top_level_ops_per_token']:,.0f} | "
+                     f"{'yes' if r['tokens_equal_dynamic'] else 'NO'} |")
+    lines += _pairs_table("The decoding step, eager, against transformers' loop (dynamic cache):", doc.get("step", []))
+    lines += _pairs_table("The decoding step compiled against transformers' loop (dynamic cache):",
+                          doc.get("step_compiled", []))
     lines += _pairs_table("Static against dynamic:", doc["comparison"])
     lines += _pairs_table("The default (dynamic) path, before and after argument binding cached its signatures:",
                           doc.get("before_after", []))
@@ -217,7 +241,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--doc-tokens", type=int, default=1024, help="the encoded document's length")
     ap.add_argument("--no-repeat-ngram-size", type=int, default=0, help="n-gram blocking (0: off)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: the steadiest timings)")
+    ap.add_argument("--backbone", default="tiny_bart_reader", help="conf/backbone option (bart_base_shape: random)")
+    ap.add_argument("--caches", default=",".join(CACHES), help=f"comma-separated, of: {', '.join(CACHES)}")
     args = ap.parse_args(argv)
+    caches = [c for c in args.caches.split(",") if c]
+    if not caches or "dynamic" not in caches or any(c not in CACHES for c in caches):
+        print(f"error: --caches={args.caches!r}: comma-separated of {', '.join(CACHES)}, dynamic among them",
+              file=sys.stderr)
+        return 2
     for flag in ("repeats", "new_tokens", "doc_tokens", "threads"):
         if getattr(args, flag) < 1:
             print(f"error: --{flag.replace('_', '-')}={getattr(args, flag)}: must be >= 1", file=sys.stderr)
@@ -233,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.time()
     load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     doc = measure(beams, args.new_tokens, args.repeats, args.doc_tokens, args.no_repeat_ngram_size,
-                  log=lambda s: print(s, flush=True))
+                  backbone=args.backbone, log=lambda s: print(s, flush=True), caches=caches)
     import transformers
 
     doc |= {"machine": machine(), "torch": torch.__version__, "transformers": transformers.__version__,

@@ -77,12 +77,17 @@ class GenerationConfig:
     # The decoder's self-attention keys/values in one buffer sized for the whole decode, written in place
     # (transformers' StaticCache; scaleformer/ops/static_decoding.py): the same tokens as the dynamic cache.
     static_cache: bool = runtime(False)
-    # With static_cache, on a GPU: transformers compiles the decoding step (a CUDA graph); a CPU runs eager.
+    # Scaleformer's decoding step (scaleformer/ops/step_decoding.py): greedy and beam search over static buffers,
+    # one function per token that compiles whole; the same tokens as transformers' generate, which runs (said
+    # once) for a setting the step lacks.
+    step_decoding: bool = runtime(False)
+    # Compile the decoding step: with step_decoding, the step through torch.compile(fullgraph) by inductor (on a
+    # GPU also a CUDA graph); with static_cache, transformers compiles its step on a GPU (a CPU runs eager).
     compile: bool = runtime(False)
 
     def __post_init__(self) -> None:
-        check(self.static_cache or not self.compile, "generation.compile", self.compile,
-              "needs generation.static_cache=true (transformers compiles only a static cache's step)")
+        check(self.static_cache or self.step_decoding or not self.compile, "generation.compile", self.compile,
+              "needs generation.step_decoding=true or generation.static_cache=true (a static cache's step compiles)")
         _positive("generation.num_beams", self.num_beams)
         _positive("generation.max_new_tokens", self.max_new_tokens)
         check(0 <= self.min_new_tokens <= self.max_new_tokens, "generation.min_new_tokens",

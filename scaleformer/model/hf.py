@@ -172,11 +172,15 @@ class ScaleformerForConditionalGeneration(BackboneEmbeddings, PreTrainedModel, G
                  prefix_ids: torch.Tensor | None = None, prefix_mask: torch.Tensor | None = None,
                  generation_config: Any = None, **kwargs: Any) -> Any:
         """Token ids of the method's summaries; decoding settings from ``generation_config`` (default:
-        this model's ``generation_config.json``), keywords override them as in ``model.generate``."""
+        this model's ``generation_config.json``), keywords override them as in ``model.generate``.
+        ``step_decoding=True``: scaleformer's static decoding step (:mod:`scaleformer.ops.step_decoding`, the same
+        tokens; ``compile_step="inductor"`` compiles it) instead of transformers' loop, where it applies."""
         if input_ids is None:
             raise ValueError("generate needs input_ids: the long documents, tokenized")
         # deferred: ops can be half-built when the Auto registration imports this module (note above)
-        from scaleformer.ops import decoding
+        from scaleformer.ops import step_decoding
+
+        step, compile_step = bool(kwargs.pop("step_decoding", False)), kwargs.pop("compile_step", None)
 
         check_inputs("generate", input_ids, attention_mask, prefix_ids, prefix_mask)
         beams_given = "num_beams" in kwargs
@@ -188,7 +192,8 @@ class ScaleformerForConditionalGeneration(BackboneEmbeddings, PreTrainedModel, G
             raise ConfigError(f"{where}={beams!r}{')' if beams_given else ''}: must be >= 1 (1: greedy search)")
         check_outputs("generate", self, gen.output_attentions)
         enc = self.encode(input_ids, attention_mask, prefix_ids=prefix_ids, prefix_mask=prefix_mask, training=False)
-        return decoding.generate(self.backbone, enc.hidden, enc.mask, generation_config=gen, **kwargs)
+        return step_decoding.decode(self.backbone, enc.hidden, enc.mask, step=step, compile=compile_step,
+                                    generation_config=gen, **kwargs)
 
 
 def config_method(config: ScaleformerConfig) -> Method:

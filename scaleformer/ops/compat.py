@@ -139,9 +139,15 @@ def static_cache(config: Any, max_cache_len: int) -> Any:
     return StaticCache(**{names["config"]: config, names["max_cache_len"]: max_cache_len})
 
 
+_ATTENTION_FUNCTIONS: list[Any] = []  # transformers' registry, looked up once
+
+
 def attention_function(impl: str | None, eager: Callable | None) -> Callable:
-    """The attention implementation ``impl`` as transformers registered it (``eager`` for eager/None)."""
-    funcs = stock("transformers.modeling_utils", "ALL_ATTENTION_FUNCTIONS")
+    """The attention implementation ``impl`` as transformers registered it (``eager`` for eager/None).
+    The registry is looked up once: an import inside a decoding step would break its compiled graph."""
+    if not _ATTENTION_FUNCTIONS:
+        _ATTENTION_FUNCTIONS.append(stock("transformers.modeling_utils", "ALL_ATTENTION_FUNCTIONS"))
+    funcs = _ATTENTION_FUNCTIONS[0]
     if hasattr(funcs, "get_interface"):
         return funcs.get_interface(impl, eager)
     return funcs[impl] if funcs is not None and impl not in (None, "eager") and impl in funcs else eager

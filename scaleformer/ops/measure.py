@@ -230,3 +230,26 @@ def top_by_time(timed: list[tuple[str, float]], n: int = TOP) -> list[dict[str, 
     ranked = sorted(by.items(), key=lambda kv: -kv[1][1])[:n]
     return [{"name": name if len(name) <= 90 else name[:87] + "...", "calls": calls, "ms": round(us / 1e3, 3),
              "share": round(us / total, 4) if total else None} for name, (calls, us) in ranked]
+
+
+COMPILED_REGION = "Torch-Compiled Region"  # the profiler's event around each call of a torch.compile'd function
+
+
+def count_dispatches(prof: Any) -> dict[str, int]:
+    """What the host dispatched, a compiled graph counting as one: ``aten::`` operators outside any compiled
+    region, plus one per region's call (``dispatched``); and, for honesty, the ``aten::`` operators a compiled
+    graph still calls inside (``inside_graphs``: inductor's extern kernels, e.g. ``mm`` on a CPU; under a CUDA
+    graph they replay as part of the one launch)."""
+    def inside(e: Any) -> bool:
+        p = e.cpu_parent
+        while p is not None:
+            if p.name.startswith(COMPILED_REGION):
+                return True
+            p = p.cpu_parent
+        return False
+
+    events = list(prof.events())
+    regions = sum(1 for e in events if e.name.startswith(COMPILED_REGION))
+    aten = [e for e in events if e.name.startswith("aten::")]
+    nested = sum(1 for e in aten if inside(e))
+    return {"dispatched": len(aten) - nested + regions, "graphs": regions, "inside_graphs": nested}

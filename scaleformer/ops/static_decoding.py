@@ -44,8 +44,12 @@ _SAID: set[str] = set()
 
 
 def generation_kwargs(g: Any) -> dict[str, Any]:
-    """``model.generate`` keywords for a :class:`scaleformer.config.GenerationConfig`'s runtime options
-    (``static_cache``, ``compile``); none at their defaults."""
+    """``model.generate`` keywords (of :class:`scaleformer.model.hf.ScaleformerForConditionalGeneration`) for a
+    :class:`scaleformer.config.GenerationConfig`'s runtime options: ``step_decoding`` (scaleformer's static
+    step, compiled by inductor with ``compile``), else ``static_cache`` (transformers' loop over a static cache,
+    which transformers compiles on a GPU with ``compile``); none at their defaults."""
+    if getattr(g, "step_decoding", False):
+        return {"step_decoding": True, "compile_step": "inductor" if getattr(g, "compile", False) else None}
     if not getattr(g, "static_cache", False):
         return {}
     return {"cache_implementation": "static", "disable_compile": not getattr(g, "compile", False)}

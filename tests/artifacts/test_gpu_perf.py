@@ -46,7 +46,7 @@ def test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table(t
     assert len(table["rows"]) == 6 and all(r["probe"] == "steady-state" for r in table["rows"])
     assert all(r["gen_s_doc"] is not None for r in table["rows"])
     # then the generation rows, in the same JSON and below the training table
-    assert len(doc["generation"]["decode"]) == 12 and doc["generation"]["docs"]["rows"]
+    assert len(doc["generation"]["decode"]) == 18 and doc["generation"]["docs"]["rows"]  # 3 lengths x 2 beams x 3
     assert text.index("| sled | booksum |") < text.index("Where the time went") < text.index("## Decoding")
     assert text.index("## Decoding") < text.index("## Batched evaluation")
     assert "wrote" in capsys.readouterr().out
@@ -61,7 +61,7 @@ def test_generation_rows_cover_both_caches_and_beam_counts_with_their_floor_and_
     assert gen["skipped"] == [] and gen["failed"] == []
     rows = gen["decode"]
     assert [(r["length"], r["beams"], r["cache"]) for r in rows] == [
-        (n, b, c) for n in gpu_perf_generate.TINY_LENGTHS for b in (1, 4) for c in ("dynamic", "static")]
+        (n, b, c) for n in gpu_perf_generate.TINY_LENGTHS for b in (1, 4) for c in ("dynamic", "static", "step")]
     config = load_shape("tiny_bart").config
     for r in rows:
         assert r["status"] == "ok" and r["new_tokens"] == 2 and r["repeats"] == 2 == len(r["times_s"])
@@ -84,7 +84,8 @@ def test_generation_rows_cover_both_caches_and_beam_counts_with_their_floor_and_
     assert {s["method"] for s in docs["speedups"]} == set(gpu_perf_generate.DOC_METHODS)
     text = (out / "gpu-perf.md").read_text()
     assert text.startswith("# Generation at the GPU's speed")
-    for needle in ("| 64 | 1 | dynamic |", "| 64 | 4 | static |", "| 1,024 | 4 | static |", "floor ms | x floor",
+    for needle in ("| 64 | 1 | dynamic |", "| 64 | 4 | static |", "| 1,024 | 4 | static |", "| 1,024 | 4 | step |",
+                   "floor ms | x floor",
                    "<= 2 ms/token at 1 beam", "| sled | 1 |", "speed-up"):
         assert needle in text
 
@@ -158,7 +159,7 @@ def test_slow_micro_batches_are_listed_with_what_they_waited_on():
 def test_a_spent_budget_measures_no_generation_row_and_names_each():
     gen = gpu_perf_generate.measure(True, torch.device("cpu"), deadline=0.0, n_docs=2, log=lambda s: None)
     assert gen["decode"] == [] and gen["docs"]["rows"] == []
-    assert len(gen["skipped"]) == 3 * 2 * 2 + len(gpu_perf_generate.DOC_METHODS)
+    assert len(gen["skipped"]) == 3 * 2 * len(gpu_perf_generate.CACHES) + len(gpu_perf_generate.DOC_METHODS)
     text = "\n".join(gpu_perf_generate.render(gen))
     assert "Generation rows not measured" in text and "decode/64/1-beam/dynamic" in text and "docs/sled" in text
 

@@ -225,3 +225,27 @@ def test_static_cache_compiled_step_generates_the_eager_tokens_on_cuda(arch, bea
         assert torch.equal(got.sequences, want.sequences)
         assert type(got.past_key_values.self_attention_cache).__name__ == "StaticCache"
     assert bool(compiled) == (beams == 1)
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_the_decoding_step_compiled_on_cuda_runs_as_a_graph(beams):
+    """scaleformer's decoding step through inductor on CUDA (mode reduce-overhead: CUDA graphs): a second batch of
+    documents replays it; greedy keeps the eager step's tokens (fused kernels may flip beam search's near-ties)."""
+    import torch._dynamo
+
+    from scaleformer.ops import step_decoding
+
+    torch._dynamo.reset()
+    model, spec = tiny("bart")
+    method = build_method(method_config({"name": "sled", **dict(METHODS)["sled"]}), spec)
+    model = method.wrap(model).cuda()
+    for seed in (0, 1):
+        ids, mask = batch(LENGTHS, spec, seed=seed)
+        with torch.no_grad():
+            enc = method.encode(model.get_encoder(), ids.cuda(), mask.cuda(), training=False)
+            kw = dict(settings(beams), do_sample=False)
+            eager = step_decoding.generate(model, enc.hidden, enc.mask, **kw)
+            got = step_decoding.generate(model, enc.hidden, enc.mask, compile="inductor", **kw)
+        assert got.shape[0] == eager.shape[0]
+        if beams == 1:
+            assert torch.equal(got, eager)
