@@ -93,14 +93,43 @@ def render_times(results: Path) -> str:
             f"its first progress line after {first[0]:.0f} s piped and {first[1]:.0f} s in a terminal; `make test` "
             f"takes {_minutes(i['test']['wall_s'])} (a pytest-xdist worker per core). On a fresh clone both first build `.venv` from the lock: "
             f"{_minutes(i['setup']['wall_s'])} here, where pip's cache held every wheel (a first download adds its time).")
-    if "busy" in runs:
-        busy, b = runs["busy"], {r["step"]: r for r in runs["busy"]["rows"]}
-        text += (f" Beside {busy['load_processes']} CPU-bound processes (another job's worth on {busy['cores']} cores; "
-                 f"mean load {b['run']['load_mean']:.1f}) `make run` takes {_minutes(b['run']['wall_s'])} "
-                 f"({b['run']['wall_s'] / i['run']['wall_s']:.1f}x)"
-                 + (f" and `make test` {_minutes(b['test']['wall_s'])} ({b['test']['wall_s'] / i['test']['wall_s']:.1f}x)"
-                    if "test" in b else "") + ": the cores are shared, so times stretch with the load.")
+    text += _busy_times(runs, i["run"]["wall_s"], i["test"]["wall_s"])
     return text
+
+
+def _busy_run(row: dict, idle_s: float) -> str:
+    """``make run``'s busy row: its time against idle, or that it was stopped unfinished."""
+    first = row.get("first_progress_s")
+    seen = f"its first progress line after {first:.0f} s" if first is not None else "no progress line"
+    if row.get("stopped_at_s"):
+        return f"`make run` had not finished after {_minutes(row['stopped_at_s'])} ({seen}; stopped there)"
+    return f"`make run` takes {_minutes(row['wall_s'])} ({row['wall_s'] / idle_s:.1f}x idle; {seen})"
+
+
+def _busy_times(runs: dict, idle_run_s: float, idle_test_s: float) -> str:
+    """Beside other work: torch's default threads (``busy-default-threads``), then one thread (``busy`` with
+    ``omp_threads`` 1), as measured; a label without rows says nothing."""
+    default, one = runs.get("busy-default-threads"), runs.get("busy")
+    if default is None and one is None:
+        return ""
+    ref = default or one
+    text = (f" Beside {ref['load_processes']} CPU-bound processes (another job's worth on {ref['cores']} cores; "
+            f"commit {ref['commit']}, {ref['when']})")
+    parts = []
+    for label in (default, one):
+        if label is None:
+            continue
+        rows = {r["step"]: r for r in label["rows"]}
+        threads = label.get("omp_threads")
+        how = (f"with `OMP_NUM_THREADS={threads}`" if threads else "with torch's default thread per core") + \
+            f" (mean load {rows['run']['load_mean']:.1f})"
+        parts.append(f"{how} {_busy_run(rows['run'], idle_run_s)}"
+                     + (f" and `make test` {_minutes(rows['test']['wall_s'])} "
+                        f"({rows['test']['wall_s'] / idle_test_s:.1f}x)" if "test" in rows else ""))
+    timed_test = any(r["step"] == "test" for lab in (default, one) if lab for r in lab["rows"])
+    return (text + ": " + "; ".join(parts) + ". A CPU run says at start-up when other work holds the cores its "
+            "threads need, and names the `OMP_NUM_THREADS` that fits" + ("" if timed_test else
+                                                                       "; `make test` was not timed beside the load") + ".")
 
 
 # ---- the paper profile's bill ---------------------------------------------------------------------

@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             steps: list[tuple[str, Any]] = [
                 ("setup", lambda: piped(["make", "setup"], clone, logs / "setup.log", env=env)),
                 ("run", lambda: piped(["make", "run"], clone, logs / "run.log", PIPE_PROGRESS, env, args.limit_s)),
-                ("run_terminal", lambda: terminal_first_line(["make", "run"], clone, args.limit_s or 600.0, env=env)),
+                ("run_terminal", lambda: terminal_first_line(["make", "run"], clone, min(args.limit_s or 300.0, 300.0), env=env)),
             ]
             if not args.skip_test:
                 steps.append(("test", lambda: piped(["make", "test"], clone, logs / "test.log", env=env,

@@ -152,14 +152,16 @@ def busy_note(others: int | None, cores: int | None, threads: int) -> str | None
     """One line when other work leaves this CPU run fewer free cores than torch has threads, else None.
 
     Why: torch takes a thread per core whatever else runs, and its OpenMP threads wait for each other at every
-    operator; on a shared core they spin while the one they wait for is descheduled. Measured on 2 cores beside
-    two CPU-bound processes (results/times/times.json): the default run with 2 threads against 1."""
-    if others is None or not cores or others == 0 or others + threads <= cores:
+    operator; on a taken core they spin while the one they wait for is descheduled. Measured on 2 cores beside
+    two CPU-bound processes: results/times/times.json, torch's default threads against ``OMP_NUM_THREADS=1``."""
+    if others is None or not cores or others == 0:
         return None
     free = max(1, cores - others)
+    if threads <= free:
+        return None
     return (f"note: {others} other task(s) are running on this machine's {cores} cores and torch has {threads} "
-            f"threads, which wait on each other when a core is taken; with OMP_NUM_THREADS={free} before the command "
-            "a CPU run is several times faster here")
+            f"threads, which wait on each other when a core is taken; OMP_NUM_THREADS={free} before the command "
+            f"gives it one thread per free core")
 
 
 def command_line() -> str:

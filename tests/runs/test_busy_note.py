@@ -17,6 +17,7 @@ from scaleformer.runs import runtime
     (1, 2, 1, False),   # a pytest-xdist neighbour, one thread each: every thread has a core
     (2, 2, 2, True),    # two CPU-bound jobs beside torch's thread per core
     (1, 2, 2, True),
+    (2, 2, 1, False),   # already one thread: nothing fewer to suggest
     (3, 16, 8, False),
     (None, 2, 2, False),  # no /proc/loadavg: nothing to say
 ])

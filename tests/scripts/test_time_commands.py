@@ -79,12 +79,29 @@ IDLE = [{"step": "setup", "wall_s": 300.0}, {"step": "run", "wall_s": 660.0, "fi
 def test_the_readme_sentence_renders_idle_and_busy_rows_from_the_file(tmp_path):
     busy = [{"step": "setup", "wall_s": 500.0}, {"step": "run", "wall_s": 1320.0, "first_progress_s": 40.0,
                                                  "load_mean": 3.2}, {"step": "run_terminal", "first_progress_s": 50.0}]
-    text = results_runs.render_times(_times(tmp_path, {"idle": _label(IDLE, 0), "busy": _label(busy, 2)}))
+    one = {**_label(busy, 2), "omp_threads": 1}
+    text = results_runs.render_times(_times(tmp_path, {"idle": _label(IDLE, 0), "busy": one}))
     assert "commit 70b0654abcde" in text and "mean load 1.1 on 2 cores" in text
     assert "`make run` takes 11 min, its first progress line after 21 s piped and 24 s in a terminal" in text
     assert "`make test` takes 19 min (a pytest-xdist worker per core)" in text and "5 min here" in text
-    assert "Beside 2 CPU-bound processes" in text and "`make run` takes 22 min (2.0x)" in text
+    assert "Beside 2 CPU-bound processes" in text
+    assert "with `OMP_NUM_THREADS=1` (mean load 3.2) `make run` takes 22 min (2.0x idle; its first progress line after 40 s)" in text
     assert "`make test` 19" not in text.split("Beside")[1]  # the busy run timed no tests: none claimed
+
+
+def test_a_busy_run_stopped_unfinished_says_so_beside_the_one_thread_run(tmp_path):
+    stuck = [{"step": "setup", "wall_s": 100.0}, {"step": "run", "wall_s": 1201.0, "first_progress_s": None,
+                                                  "load_mean": 4.0, "stopped_at_s": 1200.0, "rc": -15}]
+    done = [{"step": "setup", "wall_s": 100.0}, {"step": "run", "wall_s": 990.0, "first_progress_s": 37.0,
+                                                 "load_mean": 3.0}]
+    text = results_runs.render_times(_times(tmp_path, {"idle": _label(IDLE, 0),
+                                                       "busy-default-threads": _label(stuck, 2),
+                                                       "busy": {**_label(done, 2), "omp_threads": 1}}))
+    busy = text.split("Beside")[1]
+    assert "with torch's default thread per core (mean load 4.0) `make run` had not finished after 20 min " \
+           "(no progress line; stopped there)" in busy
+    assert busy.index("default thread per core") < busy.index("`OMP_NUM_THREADS=1`")
+    assert "`make run` takes 16 min (1.5x idle; its first progress line after 37 s)" in busy
 
 
 def test_the_sentence_needs_the_idle_rows(tmp_path):
