@@ -139,15 +139,13 @@ def static_cache(config: Any, max_cache_len: int) -> Any:
     return StaticCache(**{names["config"]: config, names["max_cache_len"]: max_cache_len})
 
 
-_ATTENTION_FUNCTIONS: list[Any] = []  # transformers' registry, looked up once
+# transformers' registry, looked up once: an import inside a decoding step would break its compiled graph
+_ATTENTION_FUNCTIONS = stock("transformers.modeling_utils", "ALL_ATTENTION_FUNCTIONS")
 
 
 def attention_function(impl: str | None, eager: Callable | None) -> Callable:
-    """The attention implementation ``impl`` as transformers registered it (``eager`` for eager/None).
-    The registry is looked up once: an import inside a decoding step would break its compiled graph."""
-    if not _ATTENTION_FUNCTIONS:
-        _ATTENTION_FUNCTIONS.append(stock("transformers.modeling_utils", "ALL_ATTENTION_FUNCTIONS"))
-    funcs = _ATTENTION_FUNCTIONS[0]
+    """The attention implementation ``impl`` as transformers registered it (``eager`` for eager/None)."""
+    funcs = _ATTENTION_FUNCTIONS
     if hasattr(funcs, "get_interface"):
         return funcs.get_interface(impl, eager)
     return funcs[impl] if funcs is not None and impl not in (None, "eager") and impl in funcs else eager
@@ -224,10 +222,8 @@ def flop_counter() -> Any:
 
 
 def eager_only() -> contextlib.AbstractContextManager:
-    """Compiled modules run eagerly inside (torch's ``force_eager`` stance) and compile at their next call
-    outside: a dispatch mode (the FLOP counter) active at a compiled module's first call makes dynamo skip
-    that code for the rest of the process, so a cost probe that counted FLOPs first left every compiled
-    layer eager."""
+    """Compiled modules run eagerly inside (``force_eager``), compiling at their next call outside: a dispatch mode
+    (the FLOP counter) at a compiled module's first call makes dynamo skip that code for the rest of the process."""
     set_stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
     return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
