@@ -20,6 +20,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,25 @@ class MemoryProbe:
         return {"mem_peak_bytes": peak, "mem_growth_bytes": None if peak is None or base is None else peak - base}
 
 
+def timed_runs(fn: Callable[[], Any], device: torch.device, repeats: int) -> list[float]:
+    """Seconds of each of ``repeats`` calls of ``fn``: CUDA events on a GPU (no host sync between the calls,
+    one at the end), the host's clock around each call on a CPU."""
+    if device.type != "cuda":
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return times
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize(device)
+    return [start.elapsed_time(end) / 1e3 for start, end in events]
+
+
 def matmul_peak(device: torch.device, dtype: torch.dtype, *, n: int | None = None, repeats: int = 10) -> dict[str, Any]:
     """The dense matmul rate this device reaches now, in this process: the MFU denominator.
 
@@ -130,20 +150,7 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, *, n: int | None = Non
     b = torch.randn(n, n, device=device, generator=gen).to(dtype)
     for _ in range(2):
         torch.mm(a, b)
-    times = []
-    if device.type == "cuda":
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
-        for start, end in events:
-            start.record()
-            torch.mm(a, b)
-            end.record()
-        torch.cuda.synchronize(device)
-        times = [start.elapsed_time(end) / 1e3 for start, end in events]
-    else:
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            torch.mm(a, b)
-            times.append(time.perf_counter() - t0)
+    times = timed_runs(lambda: torch.mm(a, b), device, repeats)
     seconds = statistics.median(times)
     return {"tflops": 2 * n**3 / seconds / 1e12, "n": n, "dtype": str(dtype).removeprefix("torch."),
             "repeats": repeats, "device": str(device)}
@@ -165,20 +172,7 @@ def copy_bandwidth(device: torch.device, *, size_bytes: int | None = None, repea
     dst = torch.empty_like(src).fill_(0)
     for _ in range(warmup):
         dst.copy_(src)
-    times = []
-    if device.type == "cuda":
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
-        for start, end in events:
-            start.record()
-            dst.copy_(src)
-            end.record()
-        torch.cuda.synchronize(device)
-        times = [start.elapsed_time(end) / 1e3 for start, end in events]
-    else:
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            dst.copy_(src)
-            times.append(time.perf_counter() - t0)
+    times = timed_runs(partial(dst.copy_, src), device, repeats)
     del src, dst
     seconds = statistics.median(times)
     return {"bytes_per_s": 2 * n / seconds, "gb_per_s": 2 * n / seconds / 1e9, "size_bytes": n,

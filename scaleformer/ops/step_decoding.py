@@ -274,16 +274,23 @@ def compile_options(backend: str, device: torch.device) -> dict[str, Any]:
     return {"mode": "reduce-overhead"} if device.type == "cuda" else {"options": {"cpp_wrapper": True}}
 
 
-def why_not(model: nn.Module, kwargs: dict[str, Any]) -> str | None:
-    """None when :func:`generate` decodes ``kwargs`` for ``model``; else why not (one phrase)."""
+def plan(model: nn.Module, kwargs: dict[str, Any]) -> tuple[Any, list[nn.Module] | None, str | None]:
+    """The generation config, the beam-shared cross-attention modules and None when :func:`generate` decodes
+    ``kwargs`` for ``model``; else why not (one phrase) in the last place."""
     gen, rest = resolve(model, dict(kwargs))
     if (reason := supported(gen, rest)) is not None:
-        return reason
-    if decoding.share_cross_attention(model) is None:
-        return "no beam-shared cross-attention here (another decoder, flex attention)"
+        return gen, None, reason
+    mods = decoding.share_cross_attention(model)
+    if mods is None:
+        return gen, None, "no beam-shared cross-attention here (another decoder, flex attention)"
     if compat.static_cache(model.config.get_text_config(decoder=True), 2) is None:
-        return f"transformers {compat.installed('transformers')} has no StaticCache sized by max_cache_len"
-    return None
+        return gen, None, f"transformers {compat.installed('transformers')} has no StaticCache sized by max_cache_len"
+    return gen, mods, None
+
+
+def why_not(model: nn.Module, kwargs: dict[str, Any]) -> str | None:
+    """None when :func:`generate` decodes ``kwargs`` for ``model``; else why not (one phrase)."""
+    return plan(model, kwargs)[2]
 
 
 def generate(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, compile: str | None = None,
@@ -291,16 +298,17 @@ def generate(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, comp
     """``model.generate``'s sequences from encoder states ``hidden [B, T, d]`` and ``mask [B, T]`` by the static
     step, or None where it does not apply (:func:`why_not`): the caller then runs ``generate``. ``compile``: a
     ``torch.compile`` backend for the step (``inductor``; on a GPU, with it, a CUDA graph too), None: eager."""
-    if why_not(model, kwargs) is not None:
-        return None
-    gen, _ = resolve(model, dict(kwargs))
-    dec = Decoder(model, gen, hidden, mask, decoding.share_cross_attention(model))
+    gen, mods, reason = plan(model, kwargs)
+    return None if reason is not None else _run(Decoder(model, gen, hidden, mask, mods), compile, check_every)
+
+
+def _run(dec: Decoder, compile: str | None, check_every: int) -> torch.Tensor:
     step = dec.step
     with torch.no_grad():
         dec.state = step(dec.state)  # eager: sizes the static cache
         if compile:
             step = torch.compile(dec.step, backend=compile, fullgraph=True, dynamic=False, **compile_options(
-                compile, hidden.device))
+                compile, dec.mask.device))
         with warnings.catch_warnings():  # dynamo traces the argument binding's signature caches: constants here
             warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`")
             for i in range(dec.L - 2):
@@ -315,9 +323,9 @@ def decode(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, step: 
     """The one entry of generation from encoder states: the static step (``step``) where it applies, else
     :func:`scaleformer.ops.decoding.generate` (transformers' ``generate``), saying once why."""
     if step:
-        reason = why_not(model, kwargs)
+        gen, mods, reason = plan(model, kwargs)
         if reason is None:
-            return generate(model, hidden, mask, compile=compile, **kwargs)
+            return _run(Decoder(model, gen, hidden, mask, mods), compile, 8)
         static_decoding.say_once(f"step:{reason}", "generation.step_decoding: %s; transformers' generate runs "
                                  "instead", reason)
     return decoding.generate(model, hidden, mask, **kwargs)
