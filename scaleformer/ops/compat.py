@@ -151,8 +151,7 @@ def attention_function(impl: str | None, eager: Callable | None) -> Callable:
     return funcs[impl] if funcs is not None and impl not in (None, "eager") and impl in funcs else eager
 
 
-def register_attention(name: str, fn: Callable) -> None:
-    """Register an attention implementation with transformers (where the release can: see PATCHES)."""
+def register_attention(name: str, fn: Callable) -> None:  # with transformers, where it can (see PATCHES)
     if hasattr(iface := stock("transformers", "AttentionInterface"), "register"):
         iface.register(name, fn)
 
@@ -182,8 +181,7 @@ def enable_checkpointing(model: nn.Module, **kwargs: Any) -> bool:
 
 
 def disable_checkpointing(model: nn.Module) -> None:
-    fn = getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable
-    fn()
+    (getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable)()
 
 
 # Lightning
@@ -203,8 +201,7 @@ def set_progress(bar: Any, n: int) -> None:
     bar.refresh()
 
 
-def grad_scaler(trainer: Any) -> Any:
-    """The fp16 loss scaler of a Lightning trainer's precision (None for bf16 and fp32, which need none)."""
+def grad_scaler(trainer: Any) -> Any:  # the fp16 loss scaler of a Lightning trainer (None for bf16 and fp32)
     return getattr(getattr(trainer, "precision_plugin", None), "scaler", None)
 
 
@@ -221,11 +218,14 @@ def flop_counter() -> Any:
     return fc.FlopCounterMode(display=False, custom_mapping=mapping)
 
 
-def eager_only() -> contextlib.AbstractContextManager:
-    """Compiled modules run eagerly inside (``force_eager``), compiling at their next call outside: a dispatch mode
-    (the FLOP counter) at a compiled module's first call makes dynamo skip that code for the rest of the process."""
+def stance(name: str = "force_eager", **options: Any) -> contextlib.AbstractContextManager:
+    """``torch.compiler.set_stance`` inside where this torch has it with ``options`` (else nothing). ``force_eager``:
+    compiled modules run eagerly, compiling at their next call outside (a dispatch mode, the FLOP counter, at a
+    compiled module's first call makes dynamo skip that code for good); ``skip_guard_eval_unsafe``: guards run only
+    to tell cached graphs apart (a loop's later calls)."""
     set_stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
-    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
+    usable = set_stance is not None and all(k in (parameters(set_stance) or {}) for k in options)
+    return set_stance(name, **options) if usable else contextlib.nullcontext()
 
 
 @contextlib.contextmanager

@@ -10,8 +10,10 @@ beams (:func:`scaleformer.ops.decoding.cross_cache`), the self-attention cache i
 shape. One call of its ``step`` runs the decoder for the last token of every hypothesis, then, on the device:
 log-softmax (beam search), the logits processors transformers would apply (no repeated n-grams, minimum length
 and new tokens, forced BOS/EOS), the top-k over beams x vocabulary, the running and finished beams by index,
-the self-attention cache reordered in place, the length and the stopping flag. Once the flag is set a step
-changes nothing, so the host reads it only every ``check_every`` steps and the tokens do not depend on when.
+the length and the stopping flag; then :meth:`Decoder.reorder` moves the self-attention cache's rows after the
+beams, in place and outside the compiled step (inside it inductor's fusion miscompiled the in-place gather).
+Once the flag is set a step changes nothing, so the host reads it only every ``check_every`` steps and the
+tokens do not depend on when.
 The position is a tensor, so every step has the same shapes: ``torch.compile(fullgraph=True)`` takes the step
 whole (``compile=True``: inductor on a CPU, CUDA graphs on a GPU); the first step, which sizes the lazily
 allocated static cache, runs eagerly.
@@ -27,6 +29,7 @@ one returned sequence, an output dictionary) returns None from :func:`supported`
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 from typing import Any
@@ -131,7 +134,7 @@ class Decoder:
             idx = torch.full((self.B, self.K, self.L - 1), -1, dtype=torch.int32, device=dev)
             self.state = (seqs, scores, idx, seqs.clone(), torch.full((self.B, self.K), NEG, device=dev), idx.clone(),
                           torch.zeros(self.B, self.K, dtype=torch.bool, device=dev),
-                          torch.ones(self.B, 1, dtype=torch.bool, device=dev), t, running)
+                          torch.ones(self.B, 1, dtype=torch.bool, device=dev), self.rows.clone(), t, running)
         self.keep = max(2, 1 + len(self.eos)) * self.K  # transformers' beams_to_keep
         self.top = (torch.arange(self.keep, device=dev) < self.K)  # [2K]: the first K may finish
 
@@ -187,7 +190,7 @@ class Decoder:
         return flat[:, None], unfinished, t2, running
 
     def _beam(self, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        seqs, scores, idx, done, done_scores, done_idx, finished, improvable, t, running = state
+        seqs, scores, idx, done, done_scores, done_idx, finished, improvable, _, t, running = state
         B, K, L = self.B, self.K, self.L
         last = seqs.gather(2, (t - 1).view(1, 1, 1).expand(B, K, 1)).reshape(self.R)
         logp = F.log_softmax(self.logits(last, t), dim=-1)
@@ -222,9 +225,8 @@ class Decoder:
         new_done_scores = m_scores.gather(1, pick)
         new_done_idx = torch.cat((done_idx, top_idx), 1).gather(1, pick[:, :, None].expand(B, K, L - 1))
         new_finished = torch.cat((finished, just), 1).gather(1, pick)
-        # the self-attention cache follows the running beams (in place: a CUDA graph's buffers stay put)
+        # the rows the self-attention cache takes next (:meth:`reorder`, after the step)
         order = new_idx.gather(2, (t - 1).view(1, 1, 1).expand(B, K, 1)).reshape(self.R).long()
-        self._reorder(torch.where(running, order, self.rows))
         t2 = t + 1
         new_improvable = self._improvable(improvable, new_scores, new_done_scores, new_finished, t2)
         go = new_improvable.any() & ~(new_finished.all() & (self.early is True)) & ~hits.all()
@@ -234,7 +236,7 @@ class Decoder:
 
         return (keep(new_seqs, seqs), keep(new_scores, scores), keep(new_idx, idx), keep(new_done, done),
                 keep(new_done_scores, done_scores), keep(new_done_idx, done_idx), keep(new_finished, finished),
-                keep(new_improvable, improvable), keep(t2, t), running & go)
+                keep(new_improvable, improvable), torch.where(running, order, self.rows), keep(t2, t), running & go)
 
     def _improvable(self, improvable: torch.Tensor, scores: torch.Tensor, done_scores: torch.Tensor,
                     finished: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -247,7 +249,13 @@ class Decoder:
         worst = torch.where(finished, done_scores.min(1, keepdim=True)[0], NEG)
         return improvable & (best > worst).any(-1, keepdim=True)
 
-    def _reorder(self, order: torch.Tensor) -> None:
+    def reorder(self) -> None:
+        """The self-attention cache follows the running beams of the last step, in place (a CUDA graph's buffers
+        stay put), outside the compiled step: inside it, inductor's fused kernels read the cache rows while
+        writing them (4-beam tokens went astray on a CPU; aot_eager and unfused inductor kept them)."""
+        if self.K == 1:
+            return
+        order = self.state[-3]
         for layer in self.cache.self_attention_cache.layers:
             for name in ("keys", "values"):
                 tensor = getattr(layer, name, None)
@@ -304,17 +312,24 @@ def generate(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, comp
 
 def _run(dec: Decoder, compile: str | None, check_every: int) -> torch.Tensor:
     step = dec.step
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings(), contextlib.ExitStack() as later:
+        # dynamo traces the argument binding's signature caches: constants here
+        warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`")
         dec.state = step(dec.state)  # eager: sizes the static cache
+        dec.reorder()
         if compile:
             step = torch.compile(dec.step, backend=compile, fullgraph=True, dynamic=False, **compile_options(
                 compile, dec.mask.device))
-        with warnings.catch_warnings():  # dynamo traces the argument binding's signature caches: constants here
-            warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`")
-            for i in range(dec.L - 2):
-                if i % check_every == 0 and not bool(dec.state[-1]):
-                    break
-                dec.state = step(dec.state)
+        for i in range(dec.L - 2):  # L - 1 steps at most: the static cache counts its writes, stopped or not
+            if i % check_every == 0 and not bool(dec.state[-1]):
+                break
+            dec.state = step(dec.state)
+            dec.reorder()
+            if i == 0 and compile:
+                # The first compiled call checked every guard (and compiled); the later ones pass the same decoder
+                # and state shapes, so their guards (the model's parameters among them: ~0.5 ms a call on a CPU)
+                # need only tell cached graphs apart.
+                later.enter_context(compat.stance("default", skip_guard_eval_unsafe=True))
     return dec.output()
 
 

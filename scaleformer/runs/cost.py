@@ -72,7 +72,7 @@ class CostProbe(GenerationProbe):
         self.steps: list[dict[str, Any]] = []
         self.peak: dict[str, Any] = {}
         self._flops: Any = None
-        self._eager: Any = None  # compiled modules run eagerly while the FLOP counter is on (compat.eager_only)
+        self._eager: Any = None  # compiled modules run eagerly while the FLOP counter is on (compat.stance)
         self._graphs: int | None = None  # graphs compiled in the process when the running micro-batch began
         self.compiled_modules = 0  # the model's compiled modules (they compile in the second micro-batch)
         self._syncs: Any = None  # the warnings recorder of the sync-counting micro-batch
@@ -165,7 +165,7 @@ class CostProbe(GenerationProbe):
             keep = max(1, round(group["fraction"] * batch["input_ids"].shape[1]))
             batch["input_ids"], batch["attention_mask"] = batch["input_ids"][:, :keep], batch["attention_mask"][:, :keep]
         if i == 0:  # FLOPs (the counter's overhead stays out of the timed micro-batches), compiled modules eager
-            self._eager = compat.eager_only()
+            self._eager = compat.stance()
             self._eager.__enter__()
             self._flops = compat.flop_counter()
             self._flops.__enter__()
