@@ -39,6 +39,22 @@ class StopAt(pl.Callback):
             trainer.should_stop = True
 
 
+class StepDocuments(pl.Callback):
+    """Record, per optimiser step, the document ids of each micro-batch that went into it (class-level, so a
+    test reads what the run's own instance saw)."""
+
+    steps: list[list[list[str]]] = []
+
+    def __init__(self) -> None:
+        type(self).steps = [[]]
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, *args: Any) -> None:
+        type(self).steps[-1].append(list(batch["ids"]))
+
+    def on_before_optimizer_step(self, *args: Any) -> None:
+        type(self).steps.append([])
+
+
 def transformers_warnings() -> Any:
     """A context collecting what transformers logs at warning level (its own handler never reaches pytest's
     caplog); ``warning_once``'s memory is cleared first, so a warning said earlier in the session shows again."""

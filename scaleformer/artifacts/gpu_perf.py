@@ -13,9 +13,10 @@ MFU, peak memory, syncs and kernels per micro-batch; and the cost table rebuilt 
 Cells run one at a time, SLED and ScaleFormer + Middle first, and the side-by-side table is rewritten after
 each: ``--budget-s`` starts no cell after that many seconds (less generation's share, below), so a window
 that ends keeps what it measured and the table names the cells it skipped; ``--cells`` picks some of them.
-``--variants after,compiled`` adds ``compiled``: the defaults with every encoder and decoder layer compiled
-(``backbone.compile_encoder=inductor``, ``compile_decoder=inductor``: options, since their kernels round
-differently), in a table of its own
+``bucketed`` (by default, SummScreenFD's cells): the defaults on micro-batches of documents of similar length,
+as many as the memory model says fit of 8 (:data:`scaleformer.bench.step.BUCKETED_OVERRIDES`), per document
+against ``after``'s one. ``--variants ...,compiled`` adds ``compiled``: every encoder and decoder layer compiled
+(options: their kernels round differently); both in tables of their own
 against ``after``: whether fewer launches shorten a step the host bounds. Where ``checkpoint_chunks=null`` turns recomputation on (the
 memory model says the plain step would not fit the device), that cell is timed recomputed only.
 
@@ -33,7 +34,7 @@ schedule; tiny lengths for the generation rows) on whatever device there is, wri
 the test tier runs it on the CPU.
 
     python scripts/gpu_perf.py [--out results/gpu-perf/DATE] [--tables results/dryrun] [--budget-s S]
-        [--gen-budget-s G] [--parts train,decode,docs] [--variants before,after[,compiled]]
+        [--gen-budget-s G] [--parts train,decode,docs] [--variants before,after,bucketed[,compiled]]
         [--cells sled/summscreen,...] [--compile-backend inductor] [--gen-repeats 10] [--gen-new-tokens 64] [--tiny]
 """
 
@@ -55,7 +56,7 @@ from scaleformer.artifacts import gpu_perf_generate
 from scaleformer.artifacts.cost_report import build_costs
 from scaleformer.artifacts.grid import expand_grid, load_spec, resolve_run_ids
 from scaleformer.artifacts.gridrun import run_grid
-from scaleformer.bench.step import COMPILED, VARIANTS, logged_every_micro_batch, variant_overrides
+from scaleformer.bench.step import BUCKETED, COMPILED, VARIANTS, logged_every_micro_batch, variant_overrides
 from scaleformer.errors import ConfigError
 from scaleformer.io import atomic_write_text
 from scaleformer.model.backbone import check_compile_backend
@@ -74,7 +75,12 @@ PAPER_LENGTH = {"summscreen": ["data.synthetic_words_spread=0"],
 # compiled (bench.step): the layers through torch.compile, an option since their kernels round differently,
 # so a variant of its own beside the defaults, run when asked for (--variants after,compiled); tiny shapes
 # use dynamo's capture without code generation (seconds on a CPU).
-ALL_VARIANTS = (*VARIANTS, COMPILED)
+ALL_VARIANTS = (*VARIANTS, BUCKETED, COMPILED)
+# What `make gpu-perf` runs by default: the plain step, the defaults, and the defaults on bucketed micro-batches
+# (several documents per launch), the last at SummScreenFD's shape only: at BookSum's a document alone fills a
+# micro-batch's launches.
+DEFAULT_VARIANTS = (*VARIANTS, BUCKETED)
+ONLY_AT = {BUCKETED: ("summscreen",)}
 TINY = ["backbone=tiny_bart", "optim=tiny", "data.synthetic_words=300", "data.synthetic_docs.train=2",
         "data.max_target_tokens=16", "generation.max_new_tokens=4", "data.max_input_tokens=256",
         "++trainer.cost_warmup=1", "++trainer.cost_repeats=1"]
@@ -112,7 +118,8 @@ def cell_row(result: Results) -> dict[str, Any]:
             "ops_per_step": g.get("aten_ops_per_step"), "phases": g["phases"], "device": cost.get("device"),
             "matmul_tflops": peak, "setting": g["setting"], "slow": g.get("slow"),
             "compiled_modules": cost.get("compiled_modules"), "kernel_s_per_step": g.get("kernel_s_per_step"),
-            "top": g.get("top"), "timed_compiles": g.get("timed_compiles")}
+            "top": g.get("top"), "timed_compiles": g.get("timed_compiles"),
+            "documents": (result.micro_batch or {}).get("documents", 1)}
 
 
 # The counters of a slow micro-batch (scaleformer.runs.cost_waits), as the table below the cells names them.
@@ -145,7 +152,7 @@ def slow_lines(rows: list[dict[str, Any]]) -> list[str]:
 # Middle, at both shapes, then truncation (its memory is 1,024 states at any length).
 ORDER = [(m, ds) for m in ("sled", "scaleformer_middle", "truncation") for ds in DATASETS]
 def measure(root: Path, tiny: bool, log: Any = print, deadline: float | None = None,
-            save: Any = None, variants: Sequence[str] = VARIANTS,
+            save: Any = None, variants: Sequence[str] = DEFAULT_VARIANTS,
             cells: Sequence[tuple[str, str]] = tuple(ORDER), backend: str | None = None) -> dict[str, Any]:
     """Every cell (of ``cells``, in ORDER's order) in each variant, one run each, most telling first;
     ``save(doc)`` after each cell, and no cell starts after ``deadline`` (a host clock time): a window that
@@ -156,6 +163,8 @@ def measure(root: Path, tiny: bool, log: Any = print, deadline: float | None = N
     for method, dataset in [c for c in ORDER if c in set(cells)]:
         row: dict[str, Any] = {"method": method, "dataset": dataset}
         for variant in variants:
+            if dataset not in ONLY_AT.get(variant, (dataset,)):
+                continue
             if deadline is not None and time.time() > deadline:
                 doc["skipped"].append(f"{method}/{dataset}/{variant}")
                 continue
@@ -254,25 +263,36 @@ def time_lines(rows: list[dict[str, Any]], shown: int = 5) -> list[str]:
 
 
 def compiled_lines(rows: list[dict[str, Any]], backend: str = "inductor") -> list[str]:
-    """The compiled encoder against the defaults, cell by cell, where both ran."""
-    both = [r for r in rows if r.get(COMPILED) and r.get("after")]
-    if not both:
-        return []
-    lines = ["", f"The layers compiled (`backbone.compile_encoder={backend}`, `compile_decoder={backend}`: options, "
-             "their kernels round differently) against the defaults, in the same call:", "",
-             "| method | data | step s after -> compiled (IQR) | speed-up | MFU after -> compiled | peak GB after -> "
-             "compiled | kernels/step | aten ops/step | compiled modules | graphs compiled while timed |",
-             "|" + "---|" * 10]
-    for r in both:
-        a, c = r["after"], r[COMPILED]
-        lines.append(
-            f"| {r['method']} | {r['dataset']} | {_n(a.get('step_s'), '{:.3g}')} -> {_n(c.get('step_s'), '{:.3g}')} "
-            f"({_n(c.get('step_iqr_s'), '{:.2g}')}) | {_ratio(a.get('step_s'), c.get('step_s'))} "
-            f"| {_n(a.get('mfu'), '{:.1%}')} -> {_n(c.get('mfu'), '{:.1%}')} "
-            f"| {_n(a.get('peak_gb'), '{:.1f}')} -> {_n(c.get('peak_gb'), '{:.1f}')} "
-            f"| {_n(a.get('kernels_per_step'))} -> {_n(c.get('kernels_per_step'))} "
-            f"| {_n(a.get('ops_per_step'))} -> {_n(c.get('ops_per_step'))} | {_n(c.get('compiled_modules'))} "
-            f"| {_n(c.get('timed_compiles'))} |")
+    """The compiled layers, then the bucketed micro-batches, against the defaults, cell by cell, where both ran."""
+    lines = []
+    for variant, intro in ((COMPILED, f"The layers compiled (`backbone.compile_encoder={backend}`, `compile_decoder="
+                            f"{backend}`: options, their kernels round differently) against the defaults, in the same "
+                            "call:"),
+                           (BUCKETED, "Bucketed micro-batches (`data.bucket=true data.batch_size=8`: documents of "
+                            "similar length, as many a micro-batch as the memory model says fit) against the defaults' "
+                            "one document, in the same call; times and counts per document:")):
+        both = [r for r in rows if r.get(variant) and r.get("after")]
+        if not both:
+            continue
+        lines += ["", intro, "", f"| method | data | documents per micro-batch | s per document after -> {variant} "
+                  f"(IQR) | speed-up | MFU after -> {variant} | peak GB after -> {variant} | kernels per document "
+                  "| aten ops per document | compiled modules | graphs compiled while timed |", "|" + "---|" * 11]
+        for r in both:
+            a, c = r["after"], r[variant]
+            da, dc = a.get("documents") or 1, c.get("documents") or 1
+
+            def per(x: Any, d: int) -> Any:
+                return None if x is None else x / d
+
+            lines.append(
+                f"| {r['method']} | {r['dataset']} | {dc} | {_n(per(a.get('step_s'), da), '{:.3g}')} -> "
+                f"{_n(per(c.get('step_s'), dc), '{:.3g}')} ({_n(per(c.get('step_iqr_s'), dc), '{:.2g}')}) "
+                f"| {_ratio(per(a.get('step_s'), da), per(c.get('step_s'), dc))} "
+                f"| {_n(a.get('mfu'), '{:.1%}')} -> {_n(c.get('mfu'), '{:.1%}')} "
+                f"| {_n(a.get('peak_gb'), '{:.1f}')} -> {_n(c.get('peak_gb'), '{:.1f}')} "
+                f"| {_n(per(a.get('kernels_per_step'), da), '{:,.0f}')} -> {_n(per(c.get('kernels_per_step'), dc), '{:,.0f}')} "
+                f"| {_n(per(a.get('ops_per_step'), da), '{:,.0f}')} -> {_n(per(c.get('ops_per_step'), dc), '{:,.0f}')} "
+                f"| {_n(c.get('compiled_modules'))} | {_n(c.get('timed_compiles'))} |")
     return lines
 
 
@@ -288,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, help="start no cell or row after this many seconds, generation's share "
                     "(--gen-budget-s) kept for it (a short GPU window keeps every cell and row it measured; the rest "
                     "are listed as skipped)")
-    ap.add_argument("--variants", default=",".join(VARIANTS),
+    ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                     help="which variants, in the order each cell runs them (e.g. after,before; compiled: the defaults "
                     "with the encoder's layers compiled, not run unless named)")
     ap.add_argument("--compile-backend", help="torch.compile backend of the compiled variant (inductor; e.g. "

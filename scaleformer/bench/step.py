@@ -44,6 +44,10 @@ from scaleformer.runs.runtime import machine
 LENGTHS = (1.0, 0.125)
 VARIANTS = ("before", "after")
 COMPILED = "compiled"  # the defaults, every layer compiled: an option (numerics), measured when asked for
+# The defaults on bucketed micro-batches: 8 documents of similar length a step, as many a micro-batch as the
+# memory model says fit (scaleformer.runs.memory), 16 in the split so that a micro-batch is full.
+BUCKETED = "bucketed"
+BUCKETED_OVERRIDES = ["++data.bucket=true", "data.batch_size=8", "data.synthetic_docs.train=16"]
 # The step as it was, where the configs can say it; the logging of every micro-batch is patched in
 # (logged_every_micro_batch).
 BEFORE = ["++optim.fused=false"]
@@ -58,6 +62,8 @@ def variant_overrides(method: str, variant: str, backend: str = "inductor") -> l
     ``compiled``: the layers through ``torch.compile``'s ``backend``)."""
     if variant == "after":
         return []
+    if variant == BUCKETED:
+        return list(BUCKETED_OVERRIDES)
     if variant == COMPILED:  # a fourth warm-up: the compile, the recompile for dynamic shapes, then the probes';
         # the schedule, 2 settings x 2 lengths x (4 + 10), is where training ends
         return [f"++backbone.compile_encoder={backend}", f"++backbone.compile_decoder={backend}",

@@ -87,6 +87,12 @@ class DataConfig:
     # group_by_length), each document's loss its own token mean (scaleformer.ops.loss): several documents
     # per launch with little padding. Off: the seeded random order, as the lineage trains (one per micro-batch).
     bucket: bool = False
+    # With bucket: documents per training micro-batch. The documents of an optimizer step (batch_size x
+    # trainer.accumulate_grad_batches) are grouped by length, then go through this many at a time, gradient
+    # accumulation making up the rest: the same documents per optimizer step at any value (each document's loss
+    # weighs alike); it changes launches, memory and dropout's draws. null: as many as the memory model says
+    # fit the device (scaleformer.runs.memory; unknown memory: batch_size). Must divide the step's documents.
+    micro_batch_size: int | None = None
     # Documents decoded together at evaluation, longest first (null: as many as the memory model says fit
     # the device, scaleformer.model.batching). A document's tokens do not depend on it (tested).
     eval_batch_size: int | None = runtime(None)
@@ -115,6 +121,9 @@ class DataConfig:
         _positive("data.synthetic_words", self.synthetic_words)
         _positive("data.batch_size", self.batch_size)
         _positive("data.eval_batch_size", self.eval_batch_size, allow_none=True)
+        _positive("data.micro_batch_size", self.micro_batch_size, allow_none=True)
+        check(self.micro_batch_size is None or self.bucket, "data.micro_batch_size", self.micro_batch_size,
+              "needs data.bucket=true (without it, data.batch_size is the micro-batch)")
         check(self.num_workers >= 0, "data.num_workers", self.num_workers, "must be >= 0")
         for split, n in self.synthetic_docs.items():
             check(n >= 0, f"data.synthetic_docs.{split}", n, "must be >= 0")

@@ -79,6 +79,10 @@ class SummarizationDataModule(pl.LightningDataModule):
         # Documents per evaluation batch: data.eval_batch_size, or (null) 1 until the run sizes it from the
         # memory model (scaleformer.runs.memory.resolve_eval_batch).
         self.eval_batch_size: int = cfg.eval_batch_size or 1
+        # Training documents per micro-batch, and per length group (an optimizer step's, with data.bucket): the
+        # configured batch until the run sizes them (scaleformer.runs.memory.resolve_micro_batch).
+        self.train_batch: int = cfg.batch_size
+        self.train_group: int = cfg.batch_size
         n_special = len(self.prefix_special) + len(self.suffix_special)
         for key, value in (("data.max_input_tokens", cfg.max_input_tokens),
                            ("data.max_target_tokens", cfg.max_target_tokens)):
@@ -206,10 +210,11 @@ class SummarizationDataModule(pl.LightningDataModule):
         train = split == "train"
         if self.cfg.num_workers > 0:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # quiet the fork warning
-        size = self.cfg.batch_size if train else self.eval_batch_size
+        size = self.train_batch if train else self.eval_batch_size
         if train:
-            lengths = self.datasets[split].lengths().tolist() if self.cfg.bucket and size > 1 else None
-            sampler: Any = ResumableSampler(len(self.datasets[split]), self.seed, lengths, size)
+            group = max(self.train_group, size)  # documents grouped by length: an optimizer step's (bucketing)
+            lengths = self.datasets[split].lengths().tolist() if self.cfg.bucket and group > 1 else None
+            sampler: Any = ResumableSampler(len(self.datasets[split]), self.seed, lengths, group)
         else:  # several documents a batch: of similar lengths, longest first (rows go back in file order by id)
             lengths = self.datasets[split].lengths().tolist() or [0] * len(self.datasets[split])
             lengths = lengths if first is None else lengths[:first]  # ``first``: only the split's first documents

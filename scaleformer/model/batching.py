@@ -37,7 +37,7 @@ def shape_of(model: torch.nn.Module, act_bytes: int) -> Shape:
                  fused_attention=compat.attn_impl(model) in FUSED_ATTENTION)
 
 
-def _rows_width(method: Any, longest: int) -> tuple[int, int]:
+def rows_width(method: Any, longest: int) -> tuple[int, int]:
     """(encoder rows, their width) of one document: its chunks for a chunked method, else one window."""
     if hasattr(method, "layout"):
         lay = method.layout(torch.tensor([longest]))
@@ -48,7 +48,7 @@ def _rows_width(method: Any, longest: int) -> tuple[int, int]:
 def auto_batch(backbone: torch.nn.Module, method: Any, longest: int, beams: int, new_tokens: int,
                device: torch.device, act_bytes: int, capacity: int | None = None) -> tuple[int, str]:
     """(documents per generation batch, the line that says why) for documents of up to ``longest`` tokens."""
-    rows, width = _rows_width(method, longest)
+    rows, width = rows_width(method, longest)
     kept = method.decoder_length(longest)
     param_bytes = next(backbone.parameters()).element_size()
     fixed, per_doc = generation_bytes(shape_of(backbone, act_bytes), rows, width, kept, beams, new_tokens,

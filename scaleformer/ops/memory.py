@@ -51,20 +51,21 @@ def layer_bytes(tokens: int, width: int, shape: Shape) -> float:
 
 
 def training_bytes(shape: Shape, rows: int, width: int, kept: int, targets: int, *, checkpoint: bool,
-                   micro_rows: int) -> float:
-    """Peak bytes of one training step: ``rows`` encoder rows of ``width`` tokens, ``kept`` states for the
-    decoder, ``targets`` target tokens; ``checkpoint``: one micro-batch of ``micro_rows`` rows kept at once."""
+                   micro_rows: int, documents: int = 1) -> float:
+    """Peak bytes of one training step on ``documents`` documents of ``rows`` encoder rows of ``width`` tokens,
+    ``kept`` states for the decoder and ``targets`` target tokens each (a micro-batch pads to its longest);
+    ``checkpoint``: one encoder pass of ``micro_rows`` rows kept at once (the documents' rows encode together)."""
     state = 16 * shape.params
-    enc_rows = min(micro_rows, rows) if checkpoint else rows
+    enc_rows = min(micro_rows, rows * documents) if checkpoint else rows * documents
     encoder = shape.encoder_layers * layer_bytes(enc_rows * width, width, shape)
     if checkpoint:
-        encoder += kept * shape.d_model * shape.act_bytes
+        encoder += documents * kept * shape.d_model * shape.act_bytes
     # decoder: self-attention over the targets, cross-attention over the kept states (its keys/values, and the
     # probabilities when the kernel keeps them)
     cross = 2 * kept * shape.d_model * shape.act_bytes + (0 if shape.fused_attention else
                                                            shape.heads * targets * kept * shape.act_bytes)
-    decoder = shape.decoder_layers * (layer_bytes(targets, targets, shape) + cross)
-    logits = 2 * targets * shape.vocab * 4
+    decoder = documents * shape.decoder_layers * (layer_bytes(targets, targets, shape) + cross)
+    logits = documents * 2 * targets * shape.vocab * 4
     return MARGIN * (state + encoder + decoder + logits)
 
 

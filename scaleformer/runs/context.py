@@ -64,6 +64,10 @@ def to_config(cfg: DictConfig, checked: tuple[Config, DictConfig] | None = None)
     rc.method, rc.trainer = method_config(resolved.method), trainer_config(resolved.trainer)
     rc.choices = dict(rc.choices)
     check_monitors(rc.trainer.validation, rc.callbacks)
+    step_docs = rc.data.batch_size * rc.trainer.accumulate_grad_batches
+    check(rc.data.micro_batch_size is None or step_docs % rc.data.micro_batch_size == 0, "data.micro_batch_size",
+          rc.data.micro_batch_size, f"must divide the documents of an optimizer step (data.batch_size x "
+          f"trainer.accumulate_grad_batches = {step_docs})")
     check_selection(rc.trainer, rc.callbacks)
     return identity.fill_run_paths(rc, cfg)
 

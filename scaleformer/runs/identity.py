@@ -52,7 +52,7 @@ TRAINING_GROUPS = ("backbone", "data", "method", "optim", "trainer", "seed")
 ADDED_LATER: dict[str, dict[str, Any]] = {"backbone": {"config_file": None},
                                           "data": {"synthetic_split_seeds": {}, "synthetic_words_spread": 0.0,
                                                    "max_train_input_tokens": None, "max_prefix_tokens": None,
-                                                   "bucket": False},
+                                                   "bucket": False, "micro_batch_size": None},
                                           "optim": {"warmup_ratio": None},
                                           "trainer": {"validation": TrainerConfig.validation}}
 

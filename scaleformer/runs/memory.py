@@ -1,7 +1,14 @@
-"""``method.checkpoint_chunks=null``, decided when training starts: chunks are recomputed in backward only
-when a training step on the longest training document would not fit the device, by the memory model
-(:mod:`scaleformer.ops.memory`), so a cell pays the recomputation (a third more encoder FLOPs) only where it
-must. The decision and its numbers go to the run's log.
+"""What the memory model (:mod:`scaleformer.ops.memory`) decides when a run starts, each decision and its
+numbers in the run's log.
+
+- ``method.checkpoint_chunks=null``: chunks are recomputed in backward only when a training step on the
+  longest training document would not fit the device, so a cell pays the recomputation (a third more encoder
+  FLOPs) only where it must.
+- ``data.micro_batch_size=null`` with ``data.bucket``: the documents of an optimizer step (``data.batch_size x
+  trainer.accumulate_grad_batches``, grouped by length) go through in micro-batches of as many as fit, and
+  gradient accumulation makes up the rest: several documents per launch where the device has room, the same
+  documents in every optimizer step whatever fits (each document's loss weighs alike: ``ops.loss``).
+- ``data.eval_batch_size=null``: the documents decoded together (:mod:`scaleformer.model.batching`).
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from typing import Any
 
 import torch
 
-from scaleformer.model.batching import auto_batch, shape_of
+from scaleformer.model.batching import auto_batch, rows_width, shape_of
 from scaleformer.ops.measure import compute_dtype
 from scaleformer.ops.memory import Shape, device_bytes, training_bytes
 
@@ -62,3 +69,48 @@ def resolve_eval_batch(dm: Any, module: Any, precision: str, device: torch.devic
                                          g.max_new_tokens, device, compute_dtype(precision).itemsize)
     log.info("%s", why)
     return dm.eval_batch_size
+
+
+def choose_micro_batch(method: Any, model: torch.nn.Module, precision: str, device: torch.device, longest: int,
+                       targets: int, step_docs: int, capacity: int | None = None) -> tuple[int | None, str]:
+    """(documents per training micro-batch, the line that says why): the largest divisor of ``step_docs`` whose
+    micro-batch of documents of ``longest`` tokens fits; None where this device's memory is unknown."""
+    capacity = device_bytes(device) if capacity is None else capacity
+    if capacity is None:
+        return None, "data.micro_batch_size=null: this device's memory is unknown"
+    shape, (rows, width) = step_shape(model, precision), rows_width(method, longest)
+    kept = method.decoder_length(longest)
+    checkpoint = bool(getattr(method.cfg, "checkpoint_chunks", False))
+    micro_rows = getattr(method.cfg, "encoder_batch_size", 0) or 16
+
+    def need(n: int) -> float:
+        return training_bytes(shape, rows, width, kept, targets, checkpoint=checkpoint, micro_rows=micro_rows,
+                              documents=n)
+
+    n = next((d for d in range(step_docs, 0, -1) if step_docs % d == 0 and need(d) <= capacity), 1)
+    return n, (f"data.micro_batch_size=null: {n} per micro-batch of the {step_docs} documents of an optimizer step "
+               f"({step_docs // n} accumulated): {n} of up to {longest:,} tokens need ~{need(n) / 1e9:.1f} GB by the "
+               f"memory model (scaleformer.ops.memory; all {step_docs}: ~{need(step_docs) / 1e9:.1f} GB), the "
+               f"{device.type} has {capacity / 1e9:.1f} GB")
+
+
+def resolve_micro_batch(dm: Any, method: Any, model: torch.nn.Module, precision: str, device: torch.device,
+                        accumulate: int, trainer: Any, resume: Any) -> dict[str, Any]:
+    """With ``data.bucket``: the training micro-batch (``data.micro_batch_size``, or null: the memory model's) and
+    the accumulation that keeps an optimizer step's documents, set on the data module, the trainer and the
+    resume callback; the record of what was chosen and by whom (empty without bucketing)."""
+    cfg = dm.cfg
+    if not cfg.bucket:
+        return {}
+    step_docs = cfg.batch_size * accumulate
+    n, by = cfg.micro_batch_size, "data.micro_batch_size"
+    if n is None:
+        n, why = choose_micro_batch(method, model, precision, device, dm.longest("train"),
+                                    dm.longest("train", "label"), step_docs)
+        by = "memory model" if n is not None else "data.batch_size"
+        n = n or cfg.batch_size
+        log.info("%s%s", why, "" if by == "memory model" else f": {n} per micro-batch (data.batch_size)")
+    dm.train_batch, dm.train_group = n, step_docs
+    trainer.accumulate_grad_batches = step_docs // n  # a plain Trainer attribute, read by the fit loop
+    resume.batch_size = n
+    return {"documents": n, "accumulate_grad_batches": step_docs // n, "step_documents": step_docs, "chosen_by": by}

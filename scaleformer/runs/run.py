@@ -45,7 +45,7 @@ from scaleformer.runs.console import count_parameters, log_to_file, quiet, summa
 from scaleformer.runs.context import RunConfig, RunContext, to_config, validation_record
 from scaleformer.runs.cost import CostProbe
 from scaleformer.runs.cost_schedule import settings
-from scaleformer.runs.memory import resolve_checkpointing, resolve_eval_batch
+from scaleformer.runs.memory import resolve_checkpointing, resolve_eval_batch, resolve_micro_batch
 from scaleformer.runs.module import SummarizationModule
 from scaleformer.runs.results import Results, leaderboard_file
 from scaleformer.runs.selection import BestCheckpoint, select_weights, selection_monitor
@@ -134,6 +134,7 @@ class Parts:
     crowded: dict[str, int] = field(default_factory=dict)  # per split: queries that crowd the document out
     cost: CostProbe | None = None  # trainer.measure_cost: the step and generation costs
     best: BestCheckpoint | None = None  # validation during fit's scores, the best weights, early stopping
+    micro_batch: dict[str, Any] = field(default_factory=dict)  # data.bucket: the training micro-batch chosen
 
 
 def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, Any]:
@@ -167,7 +168,8 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
         versions={d: compat.installed(d) for d in ("torch", "transformers", "lightning")},
         patches=compat.report(), splits=splits,
         cost=parts.cost.record(str(parts.trainer.precision)) if parts.cost else {},
-        validation=validation_record(ctx.cfg.trainer), eval_batch_size=parts.dm.eval_batch_size)
+        validation=validation_record(ctx.cfg.trainer), eval_batch_size=parts.dm.eval_batch_size,
+        micro_batch=parts.micro_batch)
     config_text = OmegaConf.to_yaml(OmegaConf.create(redact_all(OmegaConf.to_container(ctx.cfg.raw))))
     atomic_write_text(ctx.run_dir / "config.yaml", config_text)
     atomic_write_text(out_dir / "config.yaml", config_text)
@@ -250,12 +252,15 @@ def train_or_load(ctx: RunContext, parts: Parts, module: SummarizationModule, ck
         log.info("continuing from %s (step %d)", ckpt, parts.start["step"])
     t0 = time.time()
     has_val = dm.has_split("validation") and rc.trainer.limit_val_batches not in (0, 0.0)
+    device, precision = trainer.strategy.root_device, str(trainer.precision)
+    resolve_checkpointing(parts.method, module.model.backbone, precision, device, dm.longest("train"),
+                          dm.longest("train", "label"))
+    parts.micro_batch = resolve_micro_batch(dm, parts.method, module.model.backbone, precision, device,
+                                            rc.trainer.accumulate_grad_batches, trainer, parts.resume)
     train_loader = dm.train_dataloader()
     parts.resume.sampler = train_loader.sampler
     if parts.cost is not None:
         parts.cost.watch_loader(train_loader)
-    resolve_checkpointing(parts.method, module.model.backbone, str(trainer.precision), trainer.strategy.root_device,
-                          dm.longest("train"), dm.longest("train", "label"))
     val = dm.dataloader("validation", first=validation_docs(rc.trainer.limit_val_batches, len(dm.datasets["validation"]))
                         ) if has_val else None
     trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val,

@@ -109,6 +109,21 @@ def test_the_compiled_variant_runs_the_defaults_with_the_layers_compiled_beside_
     assert gpu_perf.compiled_lines([{"method": "sled", "dataset": "booksum", "after": {"step_s": 1.0}}]) == []
 
 
+def test_the_bucketed_variant_measures_several_documents_a_micro_batch_per_document(tmp_path):
+    """bucketed: the defaults on micro-batches of documents of similar length (as many as the memory model says fit of
+    8: all, at tiny shapes), SummScreenFD's cells only, in a table per document against the defaults' one."""
+    doc = gpu_perf.measure(tmp_path / "runs", tiny=True, variants=("after", "bucketed"),
+                           cells=[("sled", "summscreen"), ("sled", "booksum")], save=lambda d: None)
+    rows = {r["dataset"]: r for r in doc["rows"]}
+    assert "bucketed" not in rows["booksum"] and rows["booksum"]["after"]["documents"] == 1
+    a, b = rows["summscreen"]["after"], rows["summscreen"]["bucketed"]
+    assert (a["documents"], b["documents"]) == (1, 8) and b["step_s"] > 0 and b["ops_per_step"] > a["ops_per_step"]
+    lines = gpu_perf.compiled_lines(doc["rows"])
+    row = next(x for x in lines if x.startswith("| sled | summscreen | 8 |"))
+    assert f"{a['ops_per_step']:,.0f} -> {b['ops_per_step'] / 8:,.0f}" in row
+    assert lines[1].startswith("Bucketed micro-batches") and not any("booksum" in x for x in lines)
+
+
 @pytest.mark.parametrize("variant", [*gpu_perf.ALL_VARIANTS])
 def test_every_cell_of_every_variant_validates_at_the_papers_shapes(variant):
     """What a lent GPU would run, composed and checked here (a compiled cell's longer warm-up once outgrew
@@ -176,7 +191,9 @@ def test_a_row_whose_timed_runs_would_not_fit_is_skipped_with_its_estimate():
 def test_a_spent_budget_starts_no_cell_and_says_which_were_skipped(tmp_path):
     out = tmp_path / "out"
     doc = gpu_perf.measure(tmp_path / "runs", tiny=True, deadline=0.0, save=lambda d: None)
-    assert doc["rows"] == [] and len(doc["skipped"]) == len(gpu_perf.ORDER) * 2
+    # before and after of every cell, bucketed of SummScreenFD's
+    assert doc["rows"] == [] and len(doc["skipped"]) == len(gpu_perf.ORDER) * 2 + len(gpu_perf.METHODS)
+    assert {s.split("/")[1] for s in doc["skipped"] if s.endswith("/bucketed")} == {"summscreen"}
     doc |= {"device": "cpu", "when": "now", "wall_time_s": 0.0}
     assert "Not measured (the window's budget ran out first): sled/summscreen/before" in gpu_perf.render(doc)
     assert not out.exists()
