@@ -84,3 +84,20 @@ def test_the_largest_divisor_of_the_step_that_fits(monkeypatch):
 def test_a_micro_batch_that_cannot_be_says_so(tmp_path, extra, says):
     with pytest.raises(ConfigError, match=says):
         to_config(compose(_args(tmp_path, "x", *extra)))
+
+
+def test_a_run_with_accumulated_micro_batches_continued_mid_epoch_equals_the_uninterrupted_one(tmp_path):
+    """Micro-batches of 2 of a step's 4 documents (2 accumulated): stopped after step 1 of an epoch's 3, continued,
+    the weights equal the uninterrupted run's (the resume skips micro-batches of the chosen size)."""
+    def args(root: str, *extra: str) -> list[str]:
+        return [a for a in _args(tmp_path, root, "data.micro_batch_size=2", "trainer.max_steps=4",
+                                 "trainer.checkpoint_every_n_steps=1", *extra) if "StepDocuments" not in a]
+
+    straight = run(compose(args("straight")))
+    first = run(compose(args("resumed", "+callbacks.stop._target_=tests.helpers.StopAt", "+callbacks.stop.step=1")))
+    assert first["train_steps"] == 1
+    resumed = run(compose(args("resumed")))
+    assert resumed["run_id"] == straight["run_id"] and resumed["train_steps"] == 4
+    a, b = (torch.load(tmp_path / r / "runs" / x["run_id"] / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+            for r, x in (("straight", straight), ("resumed", resumed)))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
