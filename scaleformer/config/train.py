@@ -103,6 +103,11 @@ class TrainerConfig:
         "num_nodes", "strategy", "plugins", "profiler", "enable_model_summary", "num_sanity_val_steps", "barebones",
         "detect_anomaly", "use_distributed_sampler", "limit_predict_batches", "limit_test_batches")
 
+    @property
+    def cost_schedule(self) -> int:
+        """Micro-batches trainer.measure_cost's schedule takes (chunked methods: 2 settings)."""
+        return 2 * len(self.cost_lengths) * (self.cost_warmup + self.cost_repeats)
+
     def __post_init__(self) -> None:
         check(self.max_steps == -1 or self.max_steps > 0, "trainer.max_steps", self.max_steps,
               "must be > 0 (or -1 for no step limit)")
@@ -117,7 +122,7 @@ class TrainerConfig:
         check(len(self.cost_lengths) < 2 or max(self.cost_lengths) >= COST_MIN_SPREAD * min(self.cost_lengths),
               "trainer.cost_lengths", self.cost_lengths, f"must be at least {COST_MIN_SPREAD}x apart (longest over "
               "shortest) to separate a step's fixed cost from its per-token cost, e.g. [1.0, 0.5]")
-        schedule = 2 * len(self.cost_lengths) * (self.cost_warmup + self.cost_repeats)  # chunked: 2 settings
+        schedule = self.cost_schedule
         check(not self.measure_cost or self.max_steps == -1 or self.max_steps * self.accumulate_grad_batches >= schedule,
               "trainer.max_steps", self.max_steps, f"must cover trainer.measure_cost's schedule: {schedule} micro-batches "
               f"(2 settings x {len(self.cost_lengths)} lengths x ({self.cost_warmup} warm-up + {self.cost_repeats} "

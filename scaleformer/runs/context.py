@@ -68,6 +68,12 @@ def to_config(cfg: DictConfig, checked: tuple[Config, DictConfig] | None = None)
     check(rc.data.micro_batch_size is None or step_docs % rc.data.micro_batch_size == 0, "data.micro_batch_size",
           rc.data.micro_batch_size, f"must divide the documents of an optimizer step (data.batch_size x "
           f"trainer.accumulate_grad_batches = {step_docs})")
+    t = rc.trainer
+    if rc.data.bucket and t.measure_cost and t.max_steps != -1:  # the fewest micro-batches the steps may take
+        most = rc.data.micro_batch_size or step_docs
+        check(t.max_steps * step_docs // most >= t.cost_schedule, "trainer.max_steps", t.max_steps,
+              f"must cover trainer.measure_cost's schedule of {t.cost_schedule} micro-batches: with data.bucket's "
+              f"micro-batches of up to {most} documents it may take only {t.max_steps * step_docs // most}")
     check_selection(rc.trainer, rc.callbacks)
     return identity.fill_run_paths(rc, cfg)
 

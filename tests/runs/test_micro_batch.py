@@ -80,7 +80,8 @@ def test_the_largest_divisor_of_the_step_that_fits(monkeypatch):
 @pytest.mark.parametrize(("extra", "says"), [
     (["data.micro_batch_size=3"], "must divide the documents of an optimizer step"),
     (["data.bucket=false", "data.micro_batch_size=2"], "needs data.bucket=true"),
-    (["data.micro_batch_size=0"], "must be > 0")])
+    (["data.micro_batch_size=0"], "must be > 0"),
+    (["++trainer.measure_cost=true", "trainer.max_steps=20"], "micro-batches of up to 4 documents it may take only 20")])
 def test_a_micro_batch_that_cannot_be_says_so(tmp_path, extra, says):
     with pytest.raises(ConfigError, match=says):
         to_config(compose(_args(tmp_path, "x", *extra)))
