@@ -58,6 +58,7 @@ class ExactResume(pl.Callback):
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         done = trainer.fit_loop.epoch_loop.batch_progress.current.processed  # batches of this epoch trained on
         checkpoint[self.KEY] = {"epoch": trainer.current_epoch, "samples_done": int(done) * self.batch_size,
+                                "micro_batch": self.batch_size,  # a continued run keeps it (runs.memory)
                                 "rng": rng_states()}
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:

@@ -204,4 +204,5 @@ def load_weights(module: torch.nn.Module, path: Path, backbone: str, method: dic
 def peek(path: Path) -> dict[str, Any]:
     """Step and metadata of a checkpoint, for start-up checks."""
     ckpt = load(path, mmap=True)
-    return {"step": int(ckpt.get("global_step", 0)), "meta": ckpt.get(META_KEY)}
+    return {"step": int(ckpt.get("global_step", 0)), "meta": ckpt.get(META_KEY),
+            "micro_batch": (ckpt.get("scaleformer_resume") or {}).get("micro_batch")}  # callbacks.ExactResume's

@@ -95,8 +95,9 @@ def choose_micro_batch(method: Any, model: torch.nn.Module, precision: str, devi
 
 
 def resolve_micro_batch(dm: Any, method: Any, model: torch.nn.Module, precision: str, device: torch.device,
-                        accumulate: int, trainer: Any, resume: Any) -> dict[str, Any]:
-    """With ``data.bucket``: the training micro-batch (``data.micro_batch_size``, or null: the memory model's) and
+                        accumulate: int, trainer: Any, resume: Any, started: int | None = None) -> dict[str, Any]:
+    """With ``data.bucket``: the training micro-batch (``data.micro_batch_size``, or null: the memory model's, or
+    ``started``, the one of the run a checkpoint continues: its counters and dropout draws are of that size) and
     the accumulation that keeps an optimizer step's documents, set on the data module, the trainer and the
     resume callback; the record of what was chosen and by whom (empty without bucketing)."""
     cfg = dm.cfg
@@ -104,6 +105,9 @@ def resolve_micro_batch(dm: Any, method: Any, model: torch.nn.Module, precision:
         return {}
     step_docs = cfg.batch_size * accumulate
     n, by = cfg.micro_batch_size, "data.micro_batch_size"
+    if n is None and started and step_docs % started == 0:
+        n, by = int(started), "the continued run"
+        log.info("data.micro_batch_size=null: %d per micro-batch, as in the run this checkpoint continues", n)
     if n is None:
         n, why = choose_micro_batch(method, model, precision, device, dm.longest("train"),
                                     dm.longest("train", "label"), step_docs)

@@ -49,7 +49,8 @@ class Results:
     validation: dict[str, Any] = field(default_factory=dict)
     eval_batch_size: int | None = None
     # data.bucket: documents per training micro-batch, the accumulation, an optimizer step's documents, and
-    # who chose (data.micro_batch_size, the memory model, or data.batch_size where the memory is unknown)
+    # who chose (data.micro_batch_size, the memory model, the continued run, or data.batch_size where the
+    # memory is unknown)
     micro_batch: dict[str, Any] = field(default_factory=dict)
     # which weights were evaluated (scaleformer.runs.selection): "last", or "best" with its step, validation
     # score and every validation during fit; ``step`` above is the evaluated weights', ``train_steps`` the last

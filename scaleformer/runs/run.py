@@ -256,7 +256,8 @@ def train_or_load(ctx: RunContext, parts: Parts, module: SummarizationModule, ck
     resolve_checkpointing(parts.method, module.model.backbone, precision, device, dm.longest("train"),
                           dm.longest("train", "label"))
     parts.micro_batch = resolve_micro_batch(dm, parts.method, module.model.backbone, precision, device,
-                                            rc.trainer.accumulate_grad_batches, trainer, parts.resume)
+                                            rc.trainer.accumulate_grad_batches, trainer, parts.resume,
+                                            (parts.start or {}).get("micro_batch") if ckpt is not None else None)
     train_loader = dm.train_dataloader()
     parts.resume.sampler = train_loader.sampler
     if parts.cost is not None:

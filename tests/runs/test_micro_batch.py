@@ -102,3 +102,24 @@ def test_a_run_with_accumulated_micro_batches_continued_mid_epoch_equals_the_uni
     a, b = (torch.load(tmp_path / r / "runs" / x["run_id"] / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
             for r, x in (("straight", straight), ("resumed", resumed)))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_continued_run_keeps_the_micro_batch_it_started_with(tmp_path, monkeypatch):
+    """Continued where the memory model would now choose 2 (another device), the run keeps its 4: its dropout
+    draws and Lightning's counters are of that size, so the weights equal the uninterrupted run's."""
+    def args(root: str, *extra: str) -> list[str]:
+        return [a for a in _args(tmp_path, root, "trainer.max_steps=4", "trainer.checkpoint_every_n_steps=1", *extra)
+                if "StepDocuments" not in a]
+
+    straight = run(compose(args("straight")))
+    first = run(compose(args("resumed", "+callbacks.stop._target_=tests.helpers.StopAt", "+callbacks.stop.step=1")))
+    assert first["micro_batch"]["documents"] == 4 and first["train_steps"] == 1
+    monkeypatch.setattr("scaleformer.runs.memory.choose_micro_batch", lambda *a, **k: (2, "a smaller device"))
+    resumed = run(compose(args("resumed")))
+    assert resumed["micro_batch"] == {"documents": 4, "accumulate_grad_batches": 1, "step_documents": 4,
+                                      "chosen_by": "the continued run"}
+    a, b = (torch.load(tmp_path / r / "runs" / x["run_id"] / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+            for r, x in (("straight", straight), ("resumed", resumed)))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    fresh = run(compose(args("fresh")))  # a new run on the smaller device: the memory model's 2
+    assert fresh["micro_batch"]["documents"] == 2 and fresh["micro_batch"]["chosen_by"] == "memory model"
