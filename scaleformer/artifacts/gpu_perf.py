@@ -230,7 +230,7 @@ def render(doc: dict[str, Any]) -> str:
     if recomputed:
         lines += ["", f"Timed with the chunks recomputed (checkpoint_chunks=null chose it: by the memory model the plain step would not fit): "
                   f"{', '.join(recomputed)}."]
-    lines += compiled_lines(doc["rows"], doc.get("compile_backend", "inductor"))
+    lines += variant_lines(doc["rows"], doc.get("compile_backend", "inductor"))
     lines += time_lines(doc["rows"])
     lines += slow_lines(doc["rows"])
     if doc.get("generation"):
@@ -262,7 +262,7 @@ def time_lines(rows: list[dict[str, Any]], shown: int = 5) -> list[str]:
     return lines
 
 
-def compiled_lines(rows: list[dict[str, Any]], backend: str = "inductor") -> list[str]:
+def variant_lines(rows: list[dict[str, Any]], backend: str = "inductor") -> list[str]:
     """The compiled layers, then the bucketed micro-batches, against the defaults, cell by cell, where both ran."""
     lines = []
     for variant, intro in ((COMPILED, f"The layers compiled (`backbone.compile_encoder={backend}`, `compile_decoder="

@@ -106,7 +106,7 @@ def test_the_compiled_variant_runs_the_defaults_with_the_layers_compiled_beside_
     assert "| truncation | summscreen |" in section and "| 4 |" in section  # its four compiled layers
     assert row["compiled"]["timed_compiles"] is not None and row["after"]["timed_compiles"] is None
     assert "- truncation/summscreen/compiled: operators, own CPU time: `aten::" in text
-    assert gpu_perf.compiled_lines([{"method": "sled", "dataset": "booksum", "after": {"step_s": 1.0}}]) == []
+    assert gpu_perf.variant_lines([{"method": "sled", "dataset": "booksum", "after": {"step_s": 1.0}}]) == []
 
 
 def test_the_bucketed_variant_measures_several_documents_a_micro_batch_per_document(tmp_path):
@@ -118,7 +118,7 @@ def test_the_bucketed_variant_measures_several_documents_a_micro_batch_per_docum
     assert "bucketed" not in rows["booksum"] and rows["booksum"]["after"]["documents"] == 1
     a, b = rows["summscreen"]["after"], rows["summscreen"]["bucketed"]
     assert (a["documents"], b["documents"]) == (1, 8) and b["step_s"] > 0 and b["ops_per_step"] > a["ops_per_step"]
-    lines = gpu_perf.compiled_lines(doc["rows"])
+    lines = gpu_perf.variant_lines(doc["rows"])
     row = next(x for x in lines if x.startswith("| sled | summscreen | 8 |"))
     assert f"{a['ops_per_step']:,.0f} -> {b['ops_per_step'] / 8:,.0f}" in row
     assert lines[1].startswith("Bucketed micro-batches") and not any("booksum" in x for x in lines)
