@@ -14,6 +14,7 @@ numbers in the run's log.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -29,20 +30,27 @@ def step_shape(model: torch.nn.Module, precision: str) -> Shape:
     return shape_of(model, compute_dtype(precision).itemsize)
 
 
+def step_bytes(method: Any, model: torch.nn.Module, precision: str, longest: int, targets: int,
+               checkpoint: bool) -> Callable[[int], float]:
+    """Bytes of a training step on ``n`` documents of up to ``longest`` tokens, by the memory model."""
+    shape, (rows, width) = step_shape(model, precision), rows_width(method, longest)
+    kept = method.decoder_length(longest)
+    micro_rows = getattr(method.cfg, "encoder_batch_size", 0) or 16
+    return lambda n: training_bytes(shape, rows, width, kept, targets, checkpoint=checkpoint, micro_rows=micro_rows,
+                                    documents=n)
+
+
 def choose_checkpointing(method: Any, model: torch.nn.Module, precision: str, device: torch.device, longest: int,
                          targets: int, capacity: int | None = None) -> tuple[bool, str]:
     """(whether to recompute the chunks, the line that says why) for documents of up to ``longest`` tokens."""
-    shape = step_shape(model, precision)
-    lay = method.layout(torch.tensor([longest]))
-    kept = method.decoder_length(longest)
-    need = training_bytes(shape, lay.table.rows, lay.width, kept, targets, checkpoint=False,
-                          micro_rows=method.cfg.encoder_batch_size or 16)
+    need = step_bytes(method, model, precision, longest, targets, checkpoint=False)(1)
+    rows = rows_width(method, longest)[0]
     capacity = device_bytes(device) if capacity is None else capacity
     if capacity is None:
         return False, "method.checkpoint_chunks=null: off (this device's memory is unknown)"
     on = need > capacity
     return on, (f"method.checkpoint_chunks=null: {'on' if on else 'off'}: a training step on the longest training "
-                f"document ({longest:,} tokens, {lay.table.rows} chunks) needs ~{need / 1e9:.1f} GB by the memory "
+                f"document ({longest:,} tokens, {rows} chunks) needs ~{need / 1e9:.1f} GB by the memory "
                 f"model (scaleformer.ops.memory), the {device.type} has {capacity / 1e9:.1f} GB")
 
 
@@ -78,15 +86,8 @@ def choose_micro_batch(method: Any, model: torch.nn.Module, precision: str, devi
     capacity = device_bytes(device) if capacity is None else capacity
     if capacity is None:
         return None, "data.micro_batch_size=null: this device's memory is unknown"
-    shape, (rows, width) = step_shape(model, precision), rows_width(method, longest)
-    kept = method.decoder_length(longest)
-    checkpoint = bool(getattr(method.cfg, "checkpoint_chunks", False))
-    micro_rows = getattr(method.cfg, "encoder_batch_size", 0) or 16
-
-    def need(n: int) -> float:
-        return training_bytes(shape, rows, width, kept, targets, checkpoint=checkpoint, micro_rows=micro_rows,
-                              documents=n)
-
+    need = step_bytes(method, model, precision, longest, targets,
+                      checkpoint=bool(getattr(method.cfg, "checkpoint_chunks", False)))
     n = next((d for d in range(step_docs, 0, -1) if step_docs % d == 0 and need(d) <= capacity), 1)
     return n, (f"data.micro_batch_size=null: {n} per micro-batch of the {step_docs} documents of an optimizer step "
                f"({step_docs // n} accumulated): {n} of up to {longest:,} tokens need ~{need(n) / 1e9:.1f} GB by the "
