@@ -2,6 +2,7 @@
 
 - ``compat``: every reach into transformers/Lightning internals (bound by name, checked, fallbacks);
   ``binding``: its calls by argument role, whatever a release names the argument (re-exported there);
+- ``padding``: each row's tokens where its mask is 1, moved to the front (any padding read as right padding);
 - ``chunking``: overlapping chunks and micro-batched chunk encoding; ``packing``: chunk states into
   one padded decoder input; ``fusion``: ScaleFormer's cumulative fusion (eqs. 2-5);
 - ``kept_layer``: the encoder's last layer at kept positions only; ``spans``: per-layer attention
