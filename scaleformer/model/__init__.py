@@ -3,8 +3,9 @@ tokenizer, the shipped tiny readers' recipes, and the one answer to "is the hub 
 
 - ``backbone``: configs, weights and the facts methods need; ``spec``: those facts (``BackboneSpec``),
   which methods read and model/ builds;
-- ``hf``, ``hf_config``: the Hugging Face model class and config that carry a method; ``wrapping``:
-  ``wrap``; ``autoreg``: their registration with the Auto classes;
+- ``hf``, ``hf_config``: the Hugging Face model class and config that carry a method (``hf_embeddings``: its
+  embedding API; ``hf_inputs``: the checks of its inputs and output flags; ``hf_loading``: an export's
+  checks on load); ``wrapping``: ``wrap``; ``autoreg``: their registration with the Auto classes;
 - ``tokenizer``: the offline BPE and special-token helpers (``vocab``: their constants and the
   special-token probe, without transformers); ``readers``: the tiny readers' recipes
   (data; the pretraining loop is ``scaleformer.artifacts.pretrain_reader``);

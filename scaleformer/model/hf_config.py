@@ -49,11 +49,25 @@ class ScaleformerConfig(PretrainedConfig):
         # backbone's; a caller's own value sets the backbone's); sizes belong to the backbone alone.
         given = {k: kwargs.pop(k) for k in (*BACKBONE_KEYS, *DECODER_SIZES) if k in kwargs}
         kwargs["is_encoder_decoder"] = True
+        if isinstance(self.backbone, PretrainedConfig):
+            # transformers sets these on every sub-config as it builds this one (None when not asked): a
+            # backbone that runs eager attention keeps it unless the caller asks for another
+            for key in ("attn_implementation", "experts_implementation"):
+                if kwargs.get(key) is None:
+                    kwargs[key] = getattr(self.backbone, f"_{key}", None)
         super().__init__(**kwargs)
         if isinstance(self.backbone, PretrainedConfig):
             for key, value in given.items():
                 if key in BACKBONE_KEYS and value is not None:
                     setattr(self.backbone, key, value)
+
+    @property
+    def sub_configs(self) -> dict[str, Any]:
+        """The backbone's config as a sub-config, so that what transformers sets on a model's configs reaches
+        it: ``attn_implementation`` (``from_pretrained(..., attn_implementation="eager")``,
+        ``set_attn_implementation``) and ``dtype``. Empty while the backbone section is not a config yet
+        (check_config names what is wrong with it)."""
+        return {"backbone": AutoConfig} if isinstance(self.__dict__.get("backbone"), PretrainedConfig) else {}
 
     def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> PretrainedConfig:
         """The backbone's text config (its decoder's with ``decoder=True``): what transformers' generation,

@@ -32,6 +32,7 @@ class BackboneEmbeddings:
     backbone: Any
     config: Any
     generation_config: Any
+    vocab_size: int
 
     def get_input_embeddings(self) -> torch.nn.Module:
         return self.backbone.get_input_embeddings()
@@ -55,8 +56,10 @@ class BackboneEmbeddings:
                 rows = -(-rows // pad_to_multiple_of) * pad_to_multiple_of
             if isinstance(rows, int):
                 check_kept_ids(self.config, self.generation_config, rows, new_num_tokens)
-        return self.backbone.resize_token_embeddings(new_num_tokens, pad_to_multiple_of=pad_to_multiple_of,
-                                                     mean_resizing=mean_resizing)
+        embeddings = self.backbone.resize_token_embeddings(new_num_tokens, pad_to_multiple_of=pad_to_multiple_of,
+                                                           mean_resizing=mean_resizing)
+        self.vocab_size = self.config.vocab_size  # transformers' resize leaves the new size on the model too
+        return embeddings
 
 
 def used_ids(config: Any, generation_config: Any = None) -> dict[str, int]:

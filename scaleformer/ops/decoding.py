@@ -31,6 +31,9 @@ self-attention part of the cache static (:mod:`scaleformer.ops.static_decoding`)
 
 from __future__ import annotations
 
+import contextlib
+import copy
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -248,8 +251,6 @@ def _greedy_without_beam_flags(kwargs: dict[str, Any]) -> dict[str, Any]:
     beams = kwargs.get("num_beams", getattr(gen, "num_beams", None))
     if gen is None or beams not in (None, 1) or all(getattr(gen, k, None) in (None, v) for k, v in BEAM_ONLY.items()):
         return kwargs
-    import copy
-
     gen = copy.deepcopy(gen)
     for k, v in BEAM_ONLY.items():
         if getattr(gen, k, None) is not None:
@@ -280,9 +281,57 @@ def generate(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, shar
 
 
 def _generate(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, shared: bool, **kwargs: Any) -> Any:
+    # A given generation config: its unset fields from the model's (transformers' rule, applied here, once),
+    # then the changes below, then read whole (the changes' None would otherwise be filled in again).
+    if kwargs.get("generation_config") is not None:
+        kwargs = {**kwargs, "generation_config": filled(kwargs["generation_config"], model.generation_config)}
     kwargs = _greedy_without_beam_flags(kwargs)
     static, kwargs = static_decoding.take_request(model, kwargs)
-    mods = share_cross_attention(model) if shared and kwargs.get("use_cache", True) else None
+    with read_whole(model, kwargs.get("generation_config")):
+        return _generate_from(model, hidden, mask, shared, static, kwargs)
+
+
+def filled(gen: Any, defaults: Any) -> Any:
+    """A copy of generation config ``gen`` whose unset (None) fields are ``defaults``' (transformers' rule for a
+    config given to ``generate``), set one by one: ``update`` would warn as if the caller had set each."""
+    gen = copy.deepcopy(gen)
+    for key, value in defaults.to_dict().items():
+        if value is not None and getattr(gen, key, None) is None:
+            setattr(gen, key, value)
+    return gen
+
+
+@contextlib.contextmanager
+def read_whole(model: nn.Module, gen: Any) -> Iterator[None]:
+    """``gen`` (when given) is the model's generation config for the call, so ``generate`` reads it whole:
+    transformers fills each unset (None) field of a given config from the model's own, which undid a
+    setting turned off on the way (the static-cache request taken out, BART's forced end turned off)."""
+    if gen is None:
+        yield
+        return
+    before = model.generation_config
+    model.generation_config = gen
+    try:
+        yield
+    finally:
+        model.generation_config = before
+
+
+def _generate_from(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, shared: bool, static: bool,
+                   kwargs: dict[str, Any]) -> Any:
+    use_cache = kwargs.get("use_cache")
+    if use_cache is None:  # the setting as generate reads it: the keyword, the given config, the model's
+        use_cache = getattr(kwargs.get("generation_config") or model.generation_config, "use_cache", True)
+    mods = share_cross_attention(model) if shared and use_cache is not False else None
+    given = _given_cache(kwargs)
+    if given is not None:  # continuing an earlier call (its sequences as decoder_input_ids): its cache as it is
+        if static:
+            static_decoding.fallback("the call passes its own cache")
+        own = mods is not None and isinstance(given, EncoderDecoderCache) and isinstance(
+            given.cross_attention_cache, SharedCrossCache)  # one this path made: it holds the projected keys
+        states = hidden.new_empty(*hidden.shape[:2], 0) if own else hidden  # [batch, T, 0 | d]
+        return model.generate(encoder_outputs=BaseModelOutput(last_hidden_state=states), attention_mask=mask,
+                              **{compat.cache_kwarg(model): given}, **kwargs)
     if mods is None:  # a fresh BaseModelOutput per call: beam search expands it in place
         if static:
             static_decoding.fallback("no beam-shared cross-attention here (another decoder, flex attention, "
@@ -293,6 +342,13 @@ def _generate(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, sha
     width0 = hidden.new_empty(*hidden.shape[:2], 0)  # [batch, T, 0]: shapes for the masks, nothing to copy
     return model.generate(encoder_outputs=BaseModelOutput(last_hidden_state=width0), attention_mask=mask,
                           **{compat.cache_kwarg(model): cache}, **kwargs)
+
+
+def _given_cache(kwargs: dict[str, Any]) -> Any:
+    """The cache a caller passes (``cache`` from transformers 5.24, ``past_key_values`` before), taken out of
+    ``kwargs``; None when there is none."""
+    found = [kwargs.pop(k) for k in ("cache", "past_key_values") if k in kwargs]
+    return next((c for c in found if c is not None), None)
 
 
 def cross_attention_bytes(cache: Any) -> int | None:

@@ -70,11 +70,13 @@ def take_request(model: nn.Module, kwargs: dict[str, Any]) -> tuple[bool, dict[s
     if asked != "static":
         return False, kwargs
     kwargs = {k: v for k, v in kwargs.items() if k != "cache_implementation"}
-    if gen is not None and getattr(gen, "cache_implementation", None) is not None:
-        gen = copy.deepcopy(gen)
+    cpu = _device_type(model) == "cpu"
+    if gen is not None:  # the changes on a copy of the given config (transformers warns at keywords beside one)
+        gen = kwargs["generation_config"] = copy.deepcopy(gen)
         gen.cache_implementation = None
-        kwargs["generation_config"] = gen
-    if _device_type(model) == "cpu":
+        if cpu:
+            gen.disable_compile = True
+    elif cpu:
         kwargs["disable_compile"] = True
     return True, kwargs
 

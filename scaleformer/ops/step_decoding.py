@@ -336,11 +336,14 @@ def _run(dec: Decoder, compile: str | None, check_every: int) -> torch.Tensor:
 def decode(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, step: bool = False,
            compile: str | None = None, **kwargs: Any) -> Any:
     """The one entry of generation from encoder states: the static step (``step``) where it applies, else
-    :func:`scaleformer.ops.decoding.generate` (transformers' ``generate``), saying once why."""
-    if step:
-        gen, mods, reason = plan(model, kwargs)
-        if reason is None:
-            return _run(Decoder(model, gen, hidden, mask, mods), compile, 8)
-        static_decoding.say_once(f"step:{reason}", "generation.step_decoding: %s; transformers' generate runs "
-                                 "instead", reason)
-    return decoding.generate(model, hidden, mask, **kwargs)
+    :func:`scaleformer.ops.decoding.generate` (transformers' ``generate``), saying once why. A given
+    ``generation_config`` is complete (the model class resolves it from its own and the call's keywords) and is
+    read whole: a setting it turns off (None, e.g. ``forced_eos_token_id``) stays off."""
+    with decoding.read_whole(model, kwargs.get("generation_config")):
+        if step:
+            gen, mods, reason = plan(model, kwargs)
+            if reason is None:
+                return _run(Decoder(model, gen, hidden, mask, mods), compile, 8)
+            static_decoding.say_once(f"step:{reason}", "generation.step_decoding: %s; transformers' generate runs "
+                                     "instead", reason)
+        return decoding.generate(model, hidden, mask, **kwargs)
