@@ -1,8 +1,9 @@
 """Composing the Hydra config as ``python train.py ...`` would: the schemas registered, the project's
 group choices recorded (for tools, tests and the train command).
 
-Each registered method's config dataclass is stored as ``method/<name>_schema``: a method's YAML names it
-first in its defaults list and holds only what differs from the dataclass, so every default and its
+Each registered method's config dataclass is stored as ``<name>_schema``, beside the groups (so it is no
+option of ``method``, in ``--help`` or on the command line): a method's YAML names it first in its defaults
+list (``- /<name>_schema@_here_``) and holds only what differs from the dataclass, so every default and its
 reason live once, in the method's module (and keys or types a dataclass does not have stop composition).
 This module sits above the methods for that reason, and composing costs the seconds their import
 takes (torch, transformers). Methods of other packages (the ``scaleformer.methods`` entry points) are
@@ -27,7 +28,7 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for name, method in REGISTRY.items():
-        cs.store(group="method", name=f"{name}_schema", node=method.Config)
+        cs.store(name=f"{name}_schema", node=method.Config)  # beside the groups: no option of method
 
 
 def compose_config(overrides: list[str] | None = None, config_dir: str | None = None) -> DictConfig:

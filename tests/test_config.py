@@ -18,8 +18,8 @@ NEEDS = {("data", "local"): ["data.path=some/file.jsonl"]}
 
 
 def _options(group: str) -> list[str]:
-    """A group's options; `_name.yaml` files are shared bases that options inherit, not options."""
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml") if not p.stem.startswith("_"))
+    """A group's options: every file of its folder (shared bases sit beside the groups, conf/_data_*.yaml)."""
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
 @pytest.mark.parametrize(("group", "option"), [(g, o) for g in GROUPS for o in _options(g)])
@@ -59,7 +59,7 @@ def test_unknown_group_option_is_rejected():
 
 def test_an_unknown_option_is_one_line_listing_the_options_a_user_can_choose():
     """The command's line lists the group's options, not the structured-config bases registered beside them
-    (``sled_schema``: the defaults SledConfig holds, which every ``sled*.yaml`` starts from)."""
+    (``sled_schema``, the defaults SledConfig holds, which every ``sled*.yaml`` starts from, sits beside the groups)."""
     from scaleformer.cli.train import composition_error
 
     with pytest.raises((ConfigCompositionException, HydraException)) as e:
@@ -72,13 +72,13 @@ def test_an_unknown_option_is_one_line_listing_the_options_a_user_can_choose():
 
 
 def test_typo_key_is_rejected_naming_the_key():
-    with pytest.raises((ConfigCompositionException, HydraException, OmegaConfBaseException),
+    with pytest.raises((ConfigError, ConfigCompositionException, HydraException, OmegaConfBaseException),
                        match="max_inputtokens"):
         compose(["data.max_inputtokens=3"])
 
 
 def test_wrong_type_is_rejected_naming_the_key():
-    with pytest.raises((ConfigCompositionException, HydraException, OmegaConfBaseException),
+    with pytest.raises((ConfigError, ConfigCompositionException, HydraException, OmegaConfBaseException),
                        match="max_target_tokens"):
         compose(["data.max_target_tokens=many"])
 
@@ -122,16 +122,18 @@ def test_scaleformer_middle_inherits_scaleformer():
 
 
 def test_data_options_inherit_the_shared_defaults():
-    """Every data option reaches _defaults (or _scrolls, which does) through its defaults chain."""
+    """Every data option reaches conf/_data_defaults.yaml (or _data_scrolls.yaml, which does) through its defaults
+    chain; the shared files sit beside the groups, so they are no data options."""
     import yaml
 
     def chain(option: str) -> list[str]:
-        spec = yaml.safe_load((CONF / "data" / f"{option}.yaml").read_text())
+        rel = option[1:].removesuffix("@_here_") if option.startswith("/") else f"data/{option}"
+        spec = yaml.safe_load((CONF / f"{rel}.yaml").read_text())
         parents = [d for d in spec.get("defaults", []) if isinstance(d, str) and d != "_self_"]
         return [p for parent in parents for p in (parent, *chain(parent))]
 
     for option in _options("data"):
-        assert {"_defaults", "_scrolls"} & set(chain(option)), option
+        assert "/_data_defaults@_here_" in chain(option), option
 
 
 def test_runs_are_named_by_the_method_option():

@@ -93,7 +93,7 @@ class DilatedChunks(ChunkedMethod):
 YAML = """\
 # scaleformer train --config-dir ./my_conf method=dilated_chunks
 defaults:
-  - dilated_chunks_schema
+  - /dilated_chunks_schema@_here_
   - _self_
 
 name: dilated_chunks

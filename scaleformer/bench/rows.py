@@ -59,7 +59,7 @@ def _hydra(conf_root: str | Path) -> Iterator[None]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    register_configs()  # the method options build on their dataclasses (method/<name>_schema)
+    register_configs()  # the method options build on their dataclasses (<name>_schema)
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(Path(conf_root).resolve()), version_base="1.3"):

@@ -1,5 +1,5 @@
 """One source per default: a method's YAML holds its name and only what differs from what it builds on
-(its dataclass, registered as ``method/<name>_schema``, or another method's YAML)."""
+(its dataclass, registered as ``<name>_schema`` beside the groups, or another method's YAML)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def _own(option: str) -> dict:
 def _base(option: str) -> dict:
     """What the option's defaults list gives before its own keys: the dataclass, or the parent option."""
     (parent,) = [d for d in _own(option)["defaults"] if d != "_self_"]
-    if parent.endswith("_schema"):
-        return OmegaConf.to_container(OmegaConf.structured(REGISTRY[parent.removesuffix("_schema")].Config))
+    if parent.endswith("_schema@_here_"):  # /<name>_schema@_here_: the dataclass, beside the groups
+        return OmegaConf.to_container(OmegaConf.structured(REGISTRY[parent[1:].removesuffix("_schema@_here_")].Config))
     return OmegaConf.to_container(compose([f"method={parent}"]).method)
 
 
@@ -65,7 +65,7 @@ def test_a_method_from_another_package_registers_through_its_entry_point(tmp_pat
         "    small_settings = {'chunk_size': 48, 'overlap': 12}\n", encoding="utf-8")
     conf = tmp_path / "conf" / "method"
     conf.mkdir(parents=True)
-    (conf / "strided_test.yaml").write_text("defaults:\n  - strided_test_schema\n  - _self_\n\nname: strided_test\n"
+    (conf / "strided_test.yaml").write_text("defaults:\n  - /strided_test_schema@_here_\n  - _self_\n\nname: strided_test\n"
                                             "overlap: 100\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     eps = [EntryPoint("strided", "my_methods", methods.PLUGIN_GROUP),
