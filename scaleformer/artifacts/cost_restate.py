@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from scaleformer.artifacts.cost_check import finite
 from scaleformer.artifacts.cost_report import render_markdown
 from scaleformer.artifacts.costs import (
     cost_table_paths,
@@ -28,7 +29,8 @@ from scaleformer.artifacts.costs import (
     total_hours,
 )
 from scaleformer.artifacts.grid import column_label, expand_grid
-from scaleformer.io import atomic_write_text
+from scaleformer.errors import ConfigError
+from scaleformer.io import atomic_write_text, read_json_record
 
 PROFILE = "dryrun"
 
@@ -92,13 +94,37 @@ def restate_rows(spec: dict[str, Any], rows: list[dict[str, Any]], basis: dict[s
     return out
 
 
+def check_table(path: Path) -> dict[str, Any]:
+    """A committed cost table as restating reads it, or ConfigError in one line naming the file and row: a JSON
+    object with a list of rows, each measured row naming its method and column and the paper's length it
+    was measured at (what the recipe's plan and training length are read against)."""
+    record = read_json_record(path, "cost table", error=ConfigError)
+    rows = record.get("rows")
+    if not isinstance(rows, list):
+        raise ConfigError(f"{path}: rows={type(rows).__name__}: a cost table holds a list of rows")
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise ConfigError(f"{path}: rows[{i}] is a JSON {type(r).__name__}, not a row")
+        if r.get("not_measured"):
+            continue
+        name = f"{path}: rows[{i}] ({r.get('method')!r}, {r.get('column')!r})"
+        for key in ("method", "column"):
+            if not isinstance(r.get(key), str) or not r[key]:
+                raise ConfigError(f"{name}: {key}={r.get(key)!r}: a measured row names its {key}")
+        tokens = r.get("paper_tokens")
+        if not finite(tokens) or tokens <= 0:
+            raise ConfigError(f"{name}: paper_tokens={tokens!r}: must be the positive number of tokens it was "
+                              "measured at")
+    return record
+
+
 def restate(spec: dict[str, Any], folder: Path, commit: str) -> list[Path]:
     """Rewrite the artifact's committed cost tables in ``folder`` (a GPU's and a CPU's) under the current recipe."""
     written = []
     for path in cost_table_paths(spec["artifact"], folder):
         if not path.exists():
             continue
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = check_table(path)
         basis = None if path.stem.endswith("-gpu") else gpu_basis(spec["artifact"], folder)
         rows = restate_rows(spec, record["rows"], basis)
         note = (f"Restated under the paper profile's recipe of commit {commit} (docs/reproducing.md, \"The paper "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,5 +150,9 @@ class DataConfig:
         lb = self.leaderboard
         check(lb is None or (lb.startswith("scrolls:") and len(lb) > len("scrolls:")), "data.leaderboard", lb,
               "must be null or scrolls:<task> (e.g. scrolls:gov_report)")
+        # the task names the file written beside the predictions: a plain name, never a path out of the run
+        check(lb is None or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", lb.split(":", 1)[1]) is not None,
+              "data.leaderboard", lb, "the task must be a plain name of letters, digits, _ and - (e.g. "
+              "scrolls:gov_report): it names the file written in the run's folder")
         ev = self.synthetic_events
         check(len(ev) == 2 and 1 <= ev[0] <= ev[1], "data.synthetic_events", ev, "must be [min, max], 1 <= min <= max")

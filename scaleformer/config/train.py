@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -138,3 +139,19 @@ class TrainerConfig:
               "is -1 (no step limit) and trainer.max_epochs is null: set a budget (trainer.max_epochs, data.epochs with "
               "trainer=paper, or trainer.max_steps)")
         _positive("trainer.validation_max_new_tokens", self.validation_max_new_tokens)
+        _check_count_or_share("trainer.limit_val_batches", self.limit_val_batches, zero=True,
+                              what="a count of documents (an integer >= 0) or a share of the split in [0, 1]")
+        if self.val_check_interval is not None:
+            _check_count_or_share("trainer.val_check_interval", self.val_check_interval, zero=False,
+                                  what="a count of training micro-batches (an integer >= 1) or a share of an epoch "
+                                       "in (0, 1]")
+
+
+def _check_count_or_share(key: str, value: Any, *, zero: bool, what: str) -> None:
+    """Lightning's two readings of a limit: an integer counts, a float is a share (above 1 it would silently
+    count again, 1.5 as 1); anything else, a negative count, NaN or a share out of range is one line."""
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    is_float = isinstance(value, float) and math.isfinite(value)
+    low = 0 if zero else 1
+    ok = (is_int and value >= low) or (is_float and (0 <= value if zero else 0 < value) and value <= 1)
+    check(ok, key, value, f"must be {what}")

@@ -58,7 +58,7 @@ def method_record(module: Any, run: dict[str, Any]) -> dict[str, Any]:
         "max_input_tokens": run.get("max_input_tokens"),
         "data": run.get("data"),
         "metrics": run.get("metrics"),
-        "run": {k: run.get(k) for k in ("run_id", "training_hash", "step", "seed", "commit", "command")},
+        "run": {k: run.get(k) for k in ("run_id", "training_hash", "step", "selection", "seed", "commit", "command")},
         "versions": {d: installed(d) for d in ("scaleformer", "torch", "transformers", "lightning")},
         "config": run.get("config"),
     })
@@ -77,6 +77,32 @@ def export_model(module: Any, out: Path, run: dict[str, Any]) -> Path:
         (tmp / CARD_FILE).write_text(model_card(record), encoding="utf-8")
     log.info("exported the trained model (step %s) to %s", record["run"]["step"], out)
     return out
+
+
+def selection_kind(selection: dict[str, Any]) -> str:
+    """Which weights a run's selection chose: ``best`` (validation's best checkpoint) or ``last`` (the last
+    weights, asked for or fallen back to)."""
+    return "best" if selection.get("rule") == "best" else "last"
+
+
+def export_target(folder: Path, selection: dict[str, Any]) -> Path:
+    """Where a run exports: ``folder`` (``<run>/model``), unless it holds the export of other weights than this
+    selection's kind (the best checkpoint's, where a rerun whose best checkpoint is gone falls back to the last
+    weights): that export stays, and this one goes beside it with its selection in the name
+    (``model-last-step20``), said once in the log. An export of the same kind (a continued run's new best) is
+    replaced, as is a folder with no readable record."""
+    try:
+        old = read_meta(folder).get("run") or {}
+    except (OSError, ValueError):
+        return folder
+    kind = selection_kind(selection)
+    if old.get("selection") == kind or (old.get("selection") is None and old.get("step") == selection.get("step")):
+        return folder
+    beside = folder.with_name(f"{folder.name}-{kind}-step{selection.get('step')}")
+    log.warning("%s holds the export of the %s weights (step %s); this run's %s weights (step %s, %s) are exported "
+                "beside it, to %s", folder, old.get("selection") or "earlier", old.get("step"), kind,
+                selection.get("step"), selection.get("rule"), beside)
+    return beside
 
 
 def run_generation_config(module: Any) -> Any:

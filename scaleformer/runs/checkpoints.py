@@ -37,13 +37,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 def load(path: str | Path, map_location: Any = "cpu", mmap: bool = False,
-         key: str = "trainer.ckpt_path") -> dict[str, Any]:
+         key: str = "trainer.ckpt_path", where: str | None = None) -> dict[str, Any]:
     """A local checkpoint's contents, unpickled as data only (``mmap``: tensors read lazily), checked to
-    be a Lightning checkpoint: a truncated, empty or foreign file is one line naming it, never a traceback."""
+    be a Lightning checkpoint: a truncated, empty or foreign file is one line naming it (``where``; default
+    ``<key>=<path>``), never a traceback."""
     import pickle
 
     refuse_remote(str(path))
-    where = f"{key}={str(path)!r}"
+    where = where or f"{key}={str(path)!r}"
     if not Path(path).is_file():
         raise ConfigError(f"{where}: not a file ({'a folder' if Path(path).is_dir() else 'missing or a broken link'})")
     if Path(path).stat().st_size == 0:
@@ -59,7 +60,7 @@ def load(path: str | Path, map_location: Any = "cpu", mmap: bool = False,
         raise ConfigError(f"{where}: not a readable checkpoint ({_first_line(e)})") from None
     except RuntimeError as e:
         if mmap and "mmap" in str(e):  # a legacy (pre-zip) file: readable, just not memory-mapped
-            return load(path, map_location, mmap=False, key=key)
+            return load(path, map_location, mmap=False, key=key, where=where)
         raise ConfigError(f"{where}: not a readable checkpoint ({_first_line(e)}; truncated or not written by "
                           "torch.save)") from None
     except Exception as e:  # arbitrary bytes make the unpickler fail in arbitrary ways (IndexError, ...)
@@ -161,24 +162,26 @@ def metadata(backbone: str, method: dict[str, Any], identity: str) -> dict[str, 
     return {"backbone": backbone, "method": method, "training_hash": identity}
 
 
-def check_compatible(meta: dict[str, Any] | None, backbone: str, method: dict[str, Any], path: Path) -> None:
+def check_compatible(meta: dict[str, Any] | None, backbone: str, method: dict[str, Any], path: Path,
+                     where: str | None = None) -> None:
     """Refuse weights trained with another backbone or method (their shapes or meaning differ)."""
+    where = where or f"trainer.ckpt_path={str(path)!r}"
     if not meta:
         log.warning("checkpoint %s carries no scaleformer metadata: cannot check its backbone and method", path)
         return
     if not isinstance(meta, dict):
-        raise ConfigError(f"trainer.ckpt_path={str(path)!r}: its scaleformer metadata is a {type(meta).__name__}, "
-                          "not a mapping")
+        raise ConfigError(f"{where}: its scaleformer metadata is a {type(meta).__name__}, not a mapping")
     theirs = (meta.get("backbone"), (meta.get("method") or {}).get("name"))
     ours = (backbone, method.get("name"))
     if theirs != ours:
-        raise ConfigError(f"trainer.ckpt_path={str(path)!r}: trained with backbone {theirs[0]!r} and method "
-                          f"{theirs[1]!r}, but this run uses backbone {ours[0]!r} and method {ours[1]!r}")
+        raise ConfigError(f"{where}: trained with backbone {theirs[0]!r} and method {theirs[1]!r}, but this run uses "
+                          f"backbone {ours[0]!r} and method {ours[1]!r}")
 
 
-def check_state(module: torch.nn.Module, path: Path, state: dict[str, torch.Tensor] | None = None) -> None:
+def check_state(module: torch.nn.Module, path: Path, state: dict[str, torch.Tensor] | None = None,
+                where: str | None = None) -> None:
     """The checkpoint's weights fit this model exactly (names and shapes), before any of them is loaded."""
-    state = load(path, mmap=True)["state_dict"] if state is None else state
+    state = load(path, mmap=True, where=where)["state_dict"] if state is None else state
     mine = module.state_dict()
     missing = [k for k in mine if k not in state]
     unexpected = [k for k in state if k not in mine]
@@ -188,17 +191,31 @@ def check_state(module: torch.nn.Module, path: Path, state: dict[str, torch.Tens
                  f"{len(unexpected)} unexpected (e.g. {unexpected[0]})" if unexpected else "",
                  f"{len(shapes)} of another shape (e.g. {shapes[0]}: {tuple(state[shapes[0]].shape)} vs "
                  f"{tuple(mine[shapes[0]].shape)})" if shapes else ""]
-        raise ConfigError(f"trainer.ckpt_path={str(path)!r}: its weights do not fit this model: "
+        raise ConfigError(f"{where or f'trainer.ckpt_path={str(path)!r}'}: its weights do not fit this model: "
                           + ", ".join(p for p in parts if p))
 
 
-def load_weights(module: torch.nn.Module, path: Path, backbone: str, method: dict[str, Any]) -> int:
-    """Load a checkpoint's weights into ``module`` (after the compatibility checks); returns its step."""
-    ckpt = load(path)
-    check_compatible(ckpt.get(META_KEY), backbone, method, path)
-    check_state(module, path, ckpt["state_dict"])
+def load_weights(module: torch.nn.Module, path: Path, backbone: str, method: dict[str, Any],
+                 where: str | None = None, training_hash: str | None = None) -> int:
+    """Load a checkpoint's weights into ``module`` (after the compatibility checks; with ``training_hash``, only
+    the weights that training identity wrote); returns its step."""
+    ckpt = load(path, where=where)
+    check_compatible(ckpt.get(META_KEY), backbone, method, path, where)
+    if training_hash is not None:
+        check_identity(ckpt.get(META_KEY), training_hash, where or str(path))
+    check_state(module, path, ckpt["state_dict"], where)
     module.load_state_dict(ckpt["state_dict"])
     return int(ckpt["global_step"]) if "global_step" in ckpt else 0
+
+
+def check_identity(meta: Any, training_hash: str, where: str) -> None:
+    """The checkpoint was written by training identity ``training_hash`` (its metadata says which), or one line:
+    a file copied in from another run would otherwise be evaluated and exported as this run's."""
+    theirs = meta.get("training_hash") if isinstance(meta, dict) else None
+    if theirs != training_hash:
+        raise ConfigError(f"{where}: written by {f'training identity {theirs}' if theirs else 'no recorded run'}, "
+                          f"not this run's ({training_hash}): another run's weights are not evaluated as this run's; "
+                          "move the file away")
 
 
 def peek(path: Path) -> dict[str, Any]:

@@ -74,7 +74,7 @@ def to_config(cfg: DictConfig, checked: tuple[Config, DictConfig] | None = None)
         check(t.max_steps * step_docs // most >= t.cost_schedule, "trainer.max_steps", t.max_steps,
               f"must cover trainer.measure_cost's schedule of {t.cost_schedule} micro-batches: with data.bucket's "
               f"micro-batches of up to {most} documents it may take only {t.max_steps * step_docs // most}")
-    check_selection(rc.trainer, rc.callbacks)
+    check_selection(rc.trainer, rc.callbacks, rc.data.splits.validation)
     return identity.fill_run_paths(rc, cfg)
 
 
@@ -138,13 +138,16 @@ def check_monitors(validation: str, callbacks: dict[str, Any]) -> None:
               + ("lower" if want == "min" else "higher") + " is better)")
 
 
-def check_selection(t: TrainerConfig, callbacks: dict[str, Any]) -> None:
-    """``trainer.select=best`` and early stopping read validation during fit: a run configured without one,
-    or whose validation logs no score to choose by, stops at start-up (not after training, choosing nothing)."""
+def check_selection(t: TrainerConfig, callbacks: dict[str, Any], validation_split: str | None = "validation") -> None:
+    """``trainer.select=best`` and early stopping read validation during fit: a run configured without one (no
+    validation split, nothing validated, no schedule), or whose validation logs no score to choose by, stops at
+    start-up (not after training, choosing nothing)."""
     key = "trainer.select" if t.select == "best" else "trainer.early_stopping_patience"
     if t.select != "best" and not t.early_stopping_patience or not t.do_train:
         return
     value = t.select if t.select == "best" else t.early_stopping_patience
+    check(validation_split is not None, key, value, "needs validation during fit, and data.splits.validation is null: "
+          "name the split to validate on, or set trainer.select=last")
     none = t.limit_val_batches in (0, 0.0) or (t.val_check_interval is None and t.check_val_every_n_epoch is None)
     check(not none, key, value, "needs validation during fit: trainer.limit_val_batches > 0 and trainer.val_check_interval "
           "(or trainer.check_val_every_n_epoch)")

@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from scaleformer.data.datamodule import SummarizationDataModule
 from scaleformer.errors import ConfigError, redact_all
-from scaleformer.export.folder import add_results, export_model
+from scaleformer.export.folder import add_results, export_model, export_target, selection_kind
 from scaleformer.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from scaleformer.methods import Method
 from scaleformer.metrics import compute_metrics, reset_notices, resolve_bertscore_model
@@ -48,8 +48,8 @@ from scaleformer.runs.cost_schedule import settings
 from scaleformer.runs.memory import resolve_checkpointing, resolve_eval_batch, resolve_micro_batch
 from scaleformer.runs.module import SummarizationModule
 from scaleformer.runs.results import Results, leaderboard_file
-from scaleformer.runs.selection import BestCheckpoint, select_weights, selection_monitor
-from scaleformer.runs.trainer import build_trainer, instantiate_all, validation_docs
+from scaleformer.runs.selection import BestCheckpoint, check_best_file, select_weights, selection_monitor
+from scaleformer.runs.trainer import align_validation, build_trainer, instantiate_all, validation_docs
 
 log = logging.getLogger("scaleformer")
 
@@ -145,11 +145,12 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
     last, train_time, trained = train_or_load(ctx, parts, module, ckpt)
     # the weights to evaluate and export, chosen before any evaluation split is read (validation's scores only)
     selection = select_weights(parts.best if ctx.cfg.trainer.select == "best" else None, module, last,
-                               ctx.cfg.backbone.name, parts.described) if trained else {"rule": "loaded", "step": last}
-    step, out_dir = selection["step"], ctx.result_dir(last)
+                               ctx.cfg.backbone.name, parts.described, ctx.training_hash) if trained else \
+        {"rule": "loaded", "step": last}
+    step, out_dir, model_dir = selection["step"], ctx.result_dir(last), export_target(ctx.model_dir, selection)
     export = trained and ctx.cfg.trainer.export_model
     if export and runtime.is_rank_zero():
-        export_model(module, ctx.model_dir, export_record(ctx, parts.described, step))
+        export_model(module, model_dir, export_record(ctx, parts.described, selection))
     splits = evaluate(ctx, parts, module, out_dir)
     if not runtime.is_rank_zero():
         return {}
@@ -176,8 +177,8 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
     results.write(out_dir)
     result = results.to_dict()
     if export:
-        add_results(ctx.model_dir, result)  # the scores join the model card
-    wandb_logger.close(parts.trainer.loggers, ctx.model_dir if export else None, ctx.run_id)
+        add_results(model_dir, result)  # the scores join the model card
+    wandb_logger.close(parts.trainer.loggers, model_dir if export else None, ctx.run_id)
     print(summary_table(result, out_dir), flush=True)
     return result
 
@@ -206,8 +207,9 @@ def prepare(ctx: RunContext, ckpt: Path | None) -> Parts:
         if t.measure_cost else None
     best = BestCheckpoint(ctx.checkpoint_dir or ctx.run_dir / "checkpoints", *selection_monitor(t.validation),
                           patience=t.early_stopping_patience) if t.select == "best" or t.early_stopping_patience else None
+    if best is not None:  # a best.ckpt this run did not write (copied in): refused before training
+        check_best_file(best.dirpath, ctx.training_hash)
     trainer = build_trainer(ctx, loggers, [*callbacks, resume, *([cost] if cost else []), *([best] if best else [])])
-
     dm = SummarizationDataModule(rc.data, tokenizer, seed=rc.seed)
     dm.prepare_data()
     dm.setup()
@@ -244,8 +246,7 @@ def train_or_load(ctx: RunContext, parts: Parts, module: SummarizationModule, ck
             step = checkpoints.load_weights(module, ckpt, rc.backbone.name, parts.described)
             log.info("evaluating the weights of %s (step %d)", ckpt, step)
             return step, 0.0, False
-        log.warning("no training (trainer.do_train=false or no train split) and no checkpoint "
-                    "(trainer.ckpt_path): scoring UNTRAINED weights")
+        log.warning("no training (trainer.do_train=false or no train split) and no trainer.ckpt_path: UNTRAINED weights")
         return 0, 0.0, False
     if ckpt is not None:
         checkpoints.check_state(module, ckpt)  # mismatched weights: one line, before Lightning loads them
@@ -259,6 +260,7 @@ def train_or_load(ctx: RunContext, parts: Parts, module: SummarizationModule, ck
                                             rc.trainer.accumulate_grad_batches, trainer, parts.resume,
                                             (parts.start or {}).get("micro_batch") if ckpt is not None else None)
     train_loader = dm.train_dataloader()
+    align_validation(trainer, len(train_loader))  # after whole optimizer steps only
     parts.resume.sampler = train_loader.sampler
     if parts.cost is not None:
         parts.cost.watch_loader(train_loader)
@@ -285,13 +287,14 @@ def evaluate(ctx: RunContext, parts: Parts, module: SummarizationModule, out_dir
     return splits
 
 
-def export_record(ctx: RunContext, described: dict[str, Any], step: int) -> dict[str, Any]:
+def export_record(ctx: RunContext, described: dict[str, Any], selection: dict[str, Any]) -> dict[str, Any]:
     """What an exported model records about the run that made it (see scaleformer.export.folder)."""
     rc = ctx.cfg
     return {"method": described, "backbone": {"name": rc.backbone.name, "pretrained": rc.backbone.pretrained},
             "generation": dataclasses.asdict(rc.generation), "max_input_tokens": rc.data.max_input_tokens,
             "data": rc.data.name, "metrics": dataclasses.asdict(rc.metrics), "run_id": ctx.run_id,
-            "training_hash": ctx.training_hash, "step": step, "seed": rc.seed, "commit": package_commit(),
+            "training_hash": ctx.training_hash, "step": selection["step"], "selection": selection_kind(selection),
+            "seed": rc.seed, "commit": package_commit(),
             "command": runtime.command_line(), "config": OmegaConf.to_container(rc.raw, resolve=True)}
 
 

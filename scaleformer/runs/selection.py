@@ -59,6 +59,10 @@ class BestCheckpoint(pl.Callback):
                         trainer.global_step, self.monitor)
             return
         score, step = float(value), int(trainer.global_step)
+        if step == 0 or any(h["step"] == step for h in self.history):  # untrained, or weights already scored
+            log.info("validation at step %d: %s %.4g; not a candidate (%s)", step, self.monitor, score,
+                     "no optimizer step yet" if step == 0 else "the same weights as this step's earlier validation")
+            return
         self.history.append({"step": step, "score": round(score, 4)})
         if self._better(score):
             self.best_score, self.best_step, self.stale = score, step, 0
@@ -82,14 +86,34 @@ class BestCheckpoint(pl.Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best_score, self.best_step = state.get("best_score"), state.get("best_step")
-        self.best_path, self.stale = state.get("best_path"), int(state.get("stale") or 0)
+        # the file in this run's checkpoints: a run folder moved or copied elsewhere reads its own, not the old place's
+        path = state.get("best_path")
+        self.best_path = str((self.dirpath / Path(path).name).resolve()) if path else None
+        self.stale = int(state.get("stale") or 0)
         self.history = list(state.get("history") or [])
 
 
+def best_file_where(path: Path) -> str:
+    """How messages name the best checkpoint: its file, and the setting that reads it (the user set no path)."""
+    return f"the best checkpoint {path} (trainer.select=best)"
+
+
+def check_best_file(ckpt_dir: Path | None, training_hash: str) -> None:
+    """At start-up: a ``best.ckpt`` in the run's checkpoints that this run did not write (copied in from another
+    run, or not a checkpoint) is one line, before any training (it would be evaluated and exported as this
+    run's best)."""
+    path = None if ckpt_dir is None else ckpt_dir / "best.ckpt"
+    if path is not None and path.is_file():
+        where = best_file_where(path)
+        checkpoints.check_identity(checkpoints.load(path, mmap=True, where=where).get(checkpoints.META_KEY),
+                                   training_hash, where)
+
+
 def select_weights(best: BestCheckpoint | None, module: Any, last_step: int, backbone: str,
-                   method: dict[str, Any]) -> dict[str, Any]:
+                   method: dict[str, Any], training_hash: str | None = None) -> dict[str, Any]:
     """Load the best checkpoint's weights into ``module`` (``best``: the run's callback; None under
-    ``trainer.select=last``) and return what was chosen: the rule, the step and score, every validation."""
+    ``trainer.select=last``) and return what was chosen: the rule, the step and score, every validation. With
+    ``training_hash``, a best checkpoint another training identity wrote is refused in one line."""
     if best is None:
         return {"rule": "last", "step": last_step}
     record = {"rule": "best", "monitor": best.monitor, "mode": best.mode, "split": "validation",
@@ -100,7 +124,7 @@ def select_weights(best: BestCheckpoint | None, module: Any, last_step: int, bac
         log.warning("trainer.select=best: %s; evaluating the last weights (step %d)", why, last_step)
         return {**record, "rule": f"last ({why})", "step": last_step, "score": None}
     if best.best_step != last_step:
-        step = checkpoints.load_weights(module, path, backbone, method)
+        step = checkpoints.load_weights(module, path, backbone, method, best_file_where(path), training_hash)
         log.info("evaluating the best checkpoint: step %d (%s %.4g on validation), not the last (step %d)",
                  step, best.monitor, best.best_score, last_step)
     return {**record, "step": best.best_step, "score": round(best.best_score, 4), "path": str(path)}

@@ -8,6 +8,8 @@ unknown strategy) come back as one line naming the trainer group.
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import Any
 
 import lightning.pytorch as pl
@@ -18,6 +20,8 @@ from scaleformer.ops import compat
 from scaleformer.runs import checkpoints
 from scaleformer.runs.callbacks import progress_callback
 from scaleformer.runs.context import RunContext
+
+log = logging.getLogger("scaleformer")
 
 
 def instantiate_all(nodes: dict[str, Any], group: str) -> list[Any]:
@@ -54,6 +58,27 @@ def validation_docs(limit: Any, n: int) -> int:
     if isinstance(limit, float) and limit <= 1.0:
         return 0 if limit <= 0 else max(1, int(n * limit))
     return max(0, min(int(limit), n))
+
+
+def align_validation(trainer: pl.Trainer, train_batches: int) -> None:
+    """Validation during fit after whole optimizer steps only: Lightning counts ``trainer.val_check_interval`` in
+    training micro-batches (a share of an epoch: of its ``train_batches``), so under gradient accumulation it
+    could validate between the micro-batches of one step, the same weights twice. The interval is set to the
+    nearest whole number of steps (said once); one that no epoch reaches is one line, not Lightning's error."""
+    every, acc = trainer.val_check_interval, max(1, int(trainer.accumulate_grad_batches))
+    if not isinstance(every, int | float) or isinstance(every, float) and every == 1.0:  # each epoch's end
+        return
+    batches = max(1, int(train_batches * every)) if isinstance(every, float) else int(every)
+    if trainer.check_val_every_n_epoch is not None and batches > train_batches:
+        raise ConfigError(f"trainer.val_check_interval={every}: above the {train_batches} training micro-batches of an "
+                          "epoch; validate at most once an epoch, or set trainer.check_val_every_n_epoch=null to "
+                          "count micro-batches across epochs")
+    aligned = max(acc, math.floor(batches / acc + 0.5) * acc)  # the nearest whole number of steps (ties: later)
+    if aligned != batches:
+        log.info("validation every %d training micro-batches (%d optimizer steps of %d), not %d: after whole steps "
+                 "only", aligned, aligned // acc, acc, batches)
+    if acc > 1 and aligned != every:  # one micro-batch a step: every micro-batch ends one
+        trainer.val_check_interval = aligned  # a plain Trainer attribute, read when fit sets up its loop
 
 
 def build_trainer(ctx: RunContext, loggers: list[Any], callbacks: list[Any]) -> pl.Trainer:
