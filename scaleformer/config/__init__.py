@@ -9,6 +9,7 @@ configs live beside their method (``scaleformer/methods/*.py``) and are validate
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +95,8 @@ class GenerationConfig:
               self.min_new_tokens, f"must be in [0, generation.max_new_tokens={self.max_new_tokens}]")
         check(self.no_repeat_ngram_size >= 0, "generation.no_repeat_ngram_size",
               self.no_repeat_ngram_size, "must be >= 0")
+        check(math.isfinite(self.length_penalty), "generation.length_penalty", self.length_penalty,
+              "must be a finite number (a NaN penalty cut 4-beam outputs short)")
 
 
 @dataclass

@@ -45,7 +45,13 @@ from transformers import AutoModelForSeq2SeqLM, GenerationMixin, PreTrainedModel
 from scaleformer.errors import ConfigError
 from scaleformer.model.hf_config import CONFIG_FILE, ScaleformerConfig, check_config, check_window
 from scaleformer.model.hf_embeddings import BackboneEmbeddings
-from scaleformer.model.hf_inputs import check_generate_keywords, check_inputs, check_outputs, output_flags
+from scaleformer.model.hf_inputs import (
+    check_generate_keywords,
+    check_generation_numbers,
+    check_inputs,
+    check_outputs,
+    output_flags,
+)
 from scaleformer.model.hf_loading import (
     RECORD_FILE,
     check_model_type,
@@ -224,6 +230,7 @@ class ScaleformerForConditionalGeneration(BackboneEmbeddings, PreTrainedModel, G
         if beams is not None and not (isinstance(beams, int) and not isinstance(beams, bool) and beams >= 1):
             where = "generate(num_beams" if beams_given else "generation_config.num_beams"
             raise ConfigError(f"{where}={beams!r}{')' if beams_given else ''}: must be >= 1 (1: greedy search)")
+        check_generation_numbers(gen)
         check_outputs("generate", self, gen.output_attentions)
         enc = self.encode(input_ids, attention_mask, prefix_ids=prefix_ids, prefix_mask=prefix_mask, training=False)
         return step_decoding.decode(self.backbone, enc.hidden, enc.mask, step=step, compile=compile_step,

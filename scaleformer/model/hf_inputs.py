@@ -7,6 +7,7 @@ Its own module so :mod:`scaleformer.model.hf` holds the class alone; the class c
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -50,6 +51,14 @@ def check_inputs(call: str, input_ids: Any, attention_mask: Any = None, prefix_i
             raise ConfigError(f"{call}(prefix_ids.shape={list(prefix_ids.shape)}): needs one query per document "
                               f"of input_ids.shape={list(input_ids.shape)}")
         _check_mask(call, "prefix_mask", prefix_mask, "prefix_ids", prefix_ids)
+
+
+def check_generation_numbers(gen: Any) -> None:
+    """Every number of the decoding settings ``generate`` reads is finite, else one line naming it: transformers
+    takes a NaN ``length_penalty`` and cuts 4-beam outputs short, with no word."""
+    for key, value in gen.to_dict().items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"generate({key}={value}): must be a finite number")
 
 
 def check_generate_keywords(kwargs: dict[str, Any]) -> None:

@@ -108,7 +108,8 @@ class Decoder:
         self.greedy_pad = int(pad) if pad is not None else int(self.eos[0])
         self.lp = float(gen.length_penalty if gen.length_penalty is not None else 1.0)
         self.early = gen.early_stopping if gen.early_stopping is not None else False  # transformers' default
-        self.ngram = int(gen.no_repeat_ngram_size or 0)
+        # an n-gram is banned once t >= n tokens exist, and t < L: one longer than L - 1 tokens never applies
+        self.ngram = int(gen.no_repeat_ngram_size or 0) if (gen.no_repeat_ngram_size or 0) < self.L else 0
         self.min_length = int(gen.min_length or 0)
         self.min_new = int(gen.min_new_tokens or 0)
         self.bos = gen.forced_bos_token_id
@@ -304,13 +305,15 @@ def why_not(model: nn.Module, kwargs: dict[str, Any]) -> str | None:
 def generate(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, compile: str | None = None,
              check_every: int = 8, **kwargs: Any) -> torch.Tensor | None:
     """``model.generate``'s sequences from encoder states ``hidden [B, T, d]`` and ``mask [B, T]`` by the static
-    step, or None where it does not apply (:func:`why_not`): the caller then runs ``generate``. ``compile``: a
-    ``torch.compile`` backend for the step (``inductor``; on a GPU, with it, a CUDA graph too), None: eager."""
+    step, or None where it does not apply (:func:`why_not`) or torch's compiler refuses it (said once): the caller
+    then runs ``generate``. ``compile``: a ``torch.compile`` backend for the step (``inductor``; on a GPU, with it,
+    a CUDA graph too), None: eager."""
     gen, mods, reason = plan(model, kwargs)
     return None if reason is not None else _run(Decoder(model, gen, hidden, mask, mods), compile, check_every)
 
 
-def _run(dec: Decoder, compile: str | None, check_every: int) -> torch.Tensor:
+def _run(dec: Decoder, compile: str | None, check_every: int) -> torch.Tensor | None:
+    """The decode, or None when torch's compiler refuses the step (said once; the caller runs ``generate``)."""
     step = dec.step
     with torch.no_grad(), warnings.catch_warnings(), contextlib.ExitStack() as later:
         # dynamo traces the argument binding's signature caches: constants here
@@ -323,7 +326,16 @@ def _run(dec: Decoder, compile: str | None, check_every: int) -> torch.Tensor:
         for i in range(dec.L - 2):  # L - 1 steps at most: the static cache counts its writes, stopped or not
             if i % check_every == 0 and not bool(dec.state[-1]):
                 break
-            dec.state = step(dec.state)
+            try:
+                dec.state = step(dec.state)
+            except Exception as e:  # the first compiled call traces and compiles: torch's compiler may refuse
+                if i > 0 or not compile or not type(e).__module__.startswith(("torch._dynamo", "torch._inductor")):
+                    raise
+                why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                static_decoding.say_once(f"compile:{why}", "generation.compile: torch.compile(%s) refused the decoding "
+                                         "step (%s: %s); transformers' generate runs instead", compile,
+                                         type(e).__name__, why)
+                return None
             dec.reorder()
             if i == 0 and compile:
                 # The first compiled call checked every guard (and compiled); the later ones pass the same decoder
@@ -342,8 +354,9 @@ def decode(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, *, step: 
     with decoding.read_whole(model, kwargs.get("generation_config")):
         if step:
             gen, mods, reason = plan(model, kwargs)
-            if reason is None:
-                return _run(Decoder(model, gen, hidden, mask, mods), compile, 8)
-            static_decoding.say_once(f"step:{reason}", "generation.step_decoding: %s; transformers' generate runs "
-                                     "instead", reason)
+            if reason is None and (out := _run(Decoder(model, gen, hidden, mask, mods), compile, 8)) is not None:
+                return out
+            if reason is not None:
+                static_decoding.say_once(f"step:{reason}", "generation.step_decoding: %s; transformers' generate "
+                                         "runs instead", reason)
         return decoding.generate(model, hidden, mask, **kwargs)

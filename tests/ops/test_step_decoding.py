@@ -209,3 +209,53 @@ def test_the_model_class_uses_the_step_by_a_flag_and_says_once_when_it_cannot(ca
                 assert torch.equal(model.generate(ids, mask, step_decoding=True, repetition_penalty=1.3, **kw), plain)
     said = [r.getMessage() for r in caplog.records if "step_decoding" in r.getMessage()]
     assert len(said) == 1 and "repetition_penalty=1.3" in said[0] and "transformers' generate runs instead" in said[0]
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_an_ngram_longer_than_the_output_bans_nothing_as_in_generate(beams):
+    """``no_repeat_ngram_size`` above the output's length: no n-gram can repeat, so generate's tokens (the step
+    sized its n-gram windows by it and failed)."""
+    backbone, hidden, mask = encoded("bart", "sled", dict(METHODS)["sled"])
+    want, got = both(backbone, hidden, mask, **settings(beams, 50))
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["sled", "truncation"])
+def test_a_greedy_step_compiles_whole_for_sled_and_truncation(name):
+    """The run's greedy decoding of 8 tokens, captured whole (fullgraph; dynamo's eager backend: a data-dependent
+    branch would be refused here as under inductor)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    backbone, hidden, mask = encoded("bart", name, dict(METHODS)[name])
+    kw = dict(num_beams=1, max_new_tokens=8, min_new_tokens=0, no_repeat_ngram_size=0, length_penalty=1.0)
+    with torch.no_grad():
+        want = decoding.generate(backbone, hidden, mask, **kw)
+        got = step_decoding.generate(backbone, hidden, mask, compile="eager", **kw)
+    assert torch.equal(got, want)
+
+
+def test_a_step_the_compiler_refuses_falls_back_to_generate_and_says_so(monkeypatch, caplog):
+    """torch.compile refusing the step (dynamo's Unsupported) is one stated line, and generate's tokens."""
+    import logging
+
+    from torch._dynamo.exc import Unsupported
+
+    from scaleformer.ops import static_decoding
+
+    def refusing(fn, **kw):
+        def compiled(*a, **k):
+            raise Unsupported("Data-dependent branching")
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", refusing)
+    static_decoding._SAID.clear()
+    backbone, hidden, mask = encoded("bart", "truncation", dict(METHODS)["truncation"])
+    kw = dict(num_beams=1, max_new_tokens=8)
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="scaleformer"):
+        want = decoding.generate(backbone, hidden, mask, **kw)
+        assert step_decoding.generate(backbone, hidden, mask, compile="inductor", **kw) is None
+        got = step_decoding.decode(backbone, hidden, mask, step=True, compile="inductor", **kw)
+    assert torch.equal(got, want)
+    said = [r.getMessage() for r in caplog.records if "refused the decoding step" in r.getMessage()]
+    assert len(said) == 1 and "Data-dependent branching" in said[0] and "generate runs instead" in said[0]
