@@ -90,8 +90,13 @@ def rouge_metrics(tokenizer: Any) -> Any:
 
     def compute(pred: Any) -> dict[str, float]:
         predictions = pred.predictions[0] if isinstance(pred.predictions, tuple) else pred.predictions
-        scores = compute_rouge(text(predictions), [[r] for r in text(pred.label_ids)])
-        return {k: round(scores[k], 4) for k in (*ROUGE_TYPES, "rouge_geomean")}
+        preds, refs = text(predictions), text(pred.label_ids)
+        keep = [i for i, r in enumerate(refs) if r]  # an empty reference is skipped and counted, as the data layer does
+        counts = {"n_scored": len(keep), "n_no_reference": len(refs) - len(keep)}
+        if not keep:
+            return counts
+        scores = compute_rouge([preds[i] for i in keep], [[refs[i]] for i in keep])
+        return {**{k: round(scores[k], 4) for k in (*ROUGE_TYPES, "rouge_geomean")}, **counts}
     return compute
 
 

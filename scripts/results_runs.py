@@ -6,6 +6,7 @@ or a restated copy)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +81,39 @@ def _minutes(s: float) -> str:
     return f"{s / 60:.0f} min" if s >= 90 else f"{s:.0f} s"
 
 
+TIME_FIELDS = ("wall_s", "first_progress_s", "load_mean", "load_max", "stopped_at_s")  # numbers when present
+IDLE_STEPS = ("setup", "run", "run_terminal", "test")  # what the README's sentence reads of the idle label
+
+
+def read_times(path: Path) -> dict[str, Any]:
+    """times.json's labels, each with its rows, or MissingResults in one line naming the file, label, step and
+    field: the README would otherwise read "``make run`` takes nan s" or stop on a KeyError."""
+    doc, where = read_json(path), _shown(path)
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    if not isinstance(runs, dict):
+        raise MissingResults(f"{where}: no \"runs\" mapping (label -> rows): python scripts/time_commands.py writes it")
+    for label, run in runs.items():
+        rows = run.get("rows") if isinstance(run, dict) else None
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("step"), str) for r in rows):
+            raise MissingResults(f"{where}: runs.{label}: no rows (a list of {{step, wall_s, ...}})")
+        for r in rows:
+            for key in TIME_FIELDS:
+                v = r.get(key)
+                if v is not None and not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                                          and v >= 0):
+                    raise MissingResults(f"{where}: runs.{label}, step {r['step']}: {key}={v!r} is not a finite number "
+                                         ">= 0")
+    for label, steps in (("idle", IDLE_STEPS), ("busy", ("run",)), ("busy-default-threads", ("run",))):
+        have = {r["step"] for r in runs[label]["rows"]} if label in runs else set(steps)
+        if missing := [s for s in steps if s not in have]:
+            raise MissingResults(f"{where}: runs.{label} has no {', '.join(missing)} row(s) (python "
+                                 "scripts/time_commands.py)")
+    return runs
+
+
 def render_times(results: Path) -> str:
     """The README's two commands: wall times on a fresh clone, idle and beside other work."""
-    runs = read_json(results / "times" / "times.json")["runs"]
+    runs = read_times(results / "times" / "times.json")
     if "idle" not in runs:
         raise MissingResults("results/times/times.json: no idle rows (python scripts/time_commands.py)")
     idle, i = runs["idle"], {r["step"]: r for r in runs["idle"]["rows"]}

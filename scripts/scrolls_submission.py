@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     tasks: dict[str, dict[str, str]] = {}
     try:
+        if args.out.exists() and not args.out.is_dir():
+            raise ValueError(f"--out={args.out}: is a file; give the folder the task files and the CSV go to")
         for path in args.predictions:
             task = task_of(path)
             if task in tasks:

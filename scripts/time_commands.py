@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import math
 import os
 import pty
 import re
@@ -37,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scaleformer.io import atomic_write_json  # noqa: E402
+from scaleformer.io import atomic_write_json, read_json_record  # noqa: E402
 from scaleformer.runs.runtime import machine  # noqa: E402
 
 OUT = ROOT / "results" / "times" / "times.json"
@@ -141,6 +142,23 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def read_out(path: Path) -> dict[str, Any]:
+    """The times file the rows join (``{"runs": {label: ...}}``; a new one when there is none), or one line
+    naming what it is instead: a folder, not JSON, no ``runs`` mapping."""
+    if path.is_dir():
+        raise SystemExit(f"error: --out={path}: is a folder; give the JSON file the rows are written to")
+    if not path.exists():
+        return {"runs": {}}
+    try:
+        doc = read_json_record(path, "times file")
+    except ValueError as e:
+        raise SystemExit(f"error: --out={path}: {e}") from None
+    if not isinstance(doc.get("runs"), dict):
+        raise SystemExit(f"error: --out={path}: has no \"runs\" mapping (label -> rows): not a times file; give "
+                         "another --out")
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--load", type=int, default=0, help="CPU-bound processes to run beside the commands")
@@ -156,8 +174,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: --load={args.load}: must be >= 0")
     if args.threads is not None and args.threads < 1:
         raise SystemExit(f"error: --threads={args.threads}: must be >= 1")
-    if args.limit_s is not None and args.limit_s <= 0:
-        raise SystemExit(f"error: --limit-s={args.limit_s}: must be > 0")
+    if args.limit_s is not None and not (math.isfinite(args.limit_s) and args.limit_s > 0):
+        raise SystemExit(f"error: --limit-s={args.limit_s}: must be a finite number of seconds > 0")
+    if args.logs is not None and args.logs.exists() and not args.logs.is_dir():
+        raise SystemExit(f"error: --logs={args.logs}: is a file; give a folder for the commands' logs")
+    read_out(args.out)  # before the half hour of measuring: an --out that cannot take the rows stops here
     env = dict(os.environ)
     env.pop("OMP_NUM_THREADS", None)  # the commands as a user types them, unless --threads says otherwise
     if args.threads is not None:
@@ -191,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for h in hogs:
             h.kill()
-    doc = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": {}}
+    doc = read_out(args.out)
     doc["runs"][label] = {"commit": commit[:12], "machine": host,
                           "cores": os.cpu_count(), "load_processes": args.load, "omp_threads": args.threads,
                           "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "rows": rows}

@@ -12,7 +12,6 @@ multirun a failed cell is recorded and the sweep goes on (exit 1 at its end).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from typing import Any
@@ -21,10 +20,9 @@ import hydra
 from omegaconf import DictConfig, open_dict
 
 from scaleformer.artifacts.sweeps import record_job_failure
+from scaleformer.compose import check_overrides as compose_checks
 from scaleformer.compose import group_choices, register_configs
-from scaleformer.config import BackboneConfig, DataConfig, GenerationConfig, OptimConfig, TrainerConfig
 from scaleformer.errors import ConfigError, UserError, redact, storage_error
-from scaleformer.methods import REGISTRY
 from scaleformer.ops.host_memory import keep_freed_memory
 from scaleformer.progress import VERBOSE_ENV
 from scaleformer.resources import conf_dir
@@ -59,62 +57,12 @@ def main() -> None:
 
 
 def check_overrides(args: list[str]) -> None:
-    """Each override parses (Hydra's grammar), else one line naming it; before anything is composed."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    parser = OverridesParser.create()
-    for arg in args:
-        if arg.startswith("-") or "=" not in arg:
-            continue
-        try:
-            override = parser.parse_override(arg)
-        except HydraException as e:
-            key = arg.split("=", 1)[0]
-            why = str(e).strip().splitlines()[0]
-            raise SystemExit(f"error: {redact(arg)!r}: not a valid override of {key} ({why}); quote a value with "
-                             f"special characters: {key}='...'") from None
-        if (line := key_problem(override)) is not None:
-            raise SystemExit(f"error: {redact(line)}")
-
-
-def _group_fields() -> dict[str, dict[str, list[str]]]:
-    """Per config group with a schema: each key and its type as the dataclasses declare it (a method's: any
-    registered method's)."""
-    schemas = {"data": [DataConfig], "trainer": [TrainerConfig], "optim": [OptimConfig],
-               "generation": [GenerationConfig], "backbone": [BackboneConfig], "method": [m.Config for m in REGISTRY.values()]}
-    out: dict[str, dict[str, list[str]]] = {}
-    for group, classes in schemas.items():
-        for cls in classes:
-            for f in dataclasses.fields(cls):
-                out.setdefault(group, {}).setdefault(f.name, []).append(str(f.type).replace(" ", ""))
-    return out
-
-
-def key_problem(override: Any) -> str | None:
-    """A key no schema of its group has (with the closest that exists: Hydra's own message names none), or a
-    switch given a number (OmegaConf reads ``method.checkpoint_chunks=2`` as true); None when fine. The
-    trainer group passes unknown keys to Lightning, so only its named switches are checked."""
-    import difflib
-
-    key = override.key_or_group.lstrip("+~")
-    group, _, rest = key.partition(".")
-    fields = _group_fields().get(group)
-    if not rest or fields is None or override.is_delete():
-        return None
-    leaf = rest.split(".", 1)[0]
-    if leaf not in fields:
-        if group == "trainer" or override.is_add():
-            return None
-        near = difflib.get_close_matches(leaf, list(fields), n=1)
-        return (f"{key}: the {group} group has no key {leaf!r}" + (f"; did you mean {group}.{near[0]}?" if near else
-                f"; its keys: {', '.join(sorted(fields))}"))
-    if "." in rest or override.is_sweep_override():
-        return None
-    value = override.value()
-    if all(t in ("bool", "bool|None") for t in fields[leaf]) and value is not None and not isinstance(value, bool):
-        return f"{key}={value!r}: must be true or false" + (" (or null)" if "bool|None" in fields[leaf] else "")
-    return None
+    """Each override parses and suits its key (:func:`scaleformer.compose.check_overrides`), else one line and
+    exit status 1; before anything is composed."""
+    try:
+        compose_checks(args)
+    except ConfigError as e:
+        raise SystemExit(f"error: {redact(str(e))}") from None
 
 
 def _compositions(argv: list[str]) -> tuple[Any, list[list[str]]]:
@@ -220,9 +168,7 @@ def composition_error(e: BaseException) -> str:
     lines = [line.strip() for line in str(e).split("Config search path")[0].splitlines() if line.strip()]
     if any(line.startswith("Available options") for line in lines):  # Hydra lists them one per line
         i = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
-        # the structured-config bases (register_configs' `<option>_schema`) are not choices
-        options = [o for o in lines[i + 1:] if not o.endswith("_schema")]
-        lines = [*lines[:i], f"{lines[i]} {', '.join(options)}"]
+        lines = [*lines[:i], f"{lines[i]} {', '.join(lines[i + 1:])}"]
     parts = lines[:3]
     cause = e.__cause__
     if cause is not None and str(cause).strip():

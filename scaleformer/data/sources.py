@@ -239,7 +239,8 @@ class HubSource(Source):
             else:
                 what = f"{c.hub_id} files {', '.join(files)}"
         else:
-            what = " ".join([f"hub dataset {c.hub_id!r}"] + [f"{k}={v!r}" for k, v in (
+            kind = "local dataset folder" if Path(c.hub_id).expanduser().exists() else "hub dataset"
+            what = " ".join([f"{kind} {c.hub_id!r}"] + [f"{k}={v!r}" for k, v in (
                 ("config", c.hub_config), ("revision", c.revision)) if v is not None])
             urls = [u for u in files if "://" in u]
             if urls:
@@ -290,10 +291,12 @@ class HubSource(Source):
         try:
             ds = datasets.load_dataset(c.hub_id, c.hub_config, revision=c.revision, data_files=data_files)
         except Exception as e:
-            msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            msg = "; ".join(f"{type(x).__name__}: {str(x).splitlines()[0] if str(x) else ''}"
+                            for x in dict.fromkeys(x for x in (e, e.__cause__) if x is not None))
             network = isinstance(e, (ConnectionError, TimeoutError)) or any(
                 w in type(e).__name__ for w in ("Connect", "Timeout", "Offline")) or "reach" in str(e).lower()
-            if hub_offline() or network:
+            local = not self._urls() and (Path(c.hub_id).expanduser().exists() or c.hub_id in _builders())
+            if (hub_offline() or network) and not local:  # local files (a mirror) fail for what is in them
                 raise self._error(msg) from None
             raise DataError(f"cannot load {self.describe()}: {msg}") from e
         log.info("loaded %s in %.1fs", self.describe(), time.perf_counter() - t0)

@@ -88,16 +88,15 @@ def fits(cost: dict[str, Any]) -> dict[str, dict[str, Any]]:
             why = (f"its lengths ({gs[0]['tokens']:,.0f} and {gs[-1]['tokens']:,.0f} tokens) are too close to "
                    f"separate fixed from per-token cost (under {MIN_SPREAD}x)" if spread < MIN_SPREAD else
                    "its slope is negative: the longer micro-batches timed faster (noise, or a warm-up too short)"
-                   if per < 0 else None)
+                   if per < 0 else
+                   f"its fixed cost is negative ({fixed:.3g} s): a step cannot cost less than nothing at no input "
+                   "(noisy lengths)" if fixed < 0 else None)
             if why is None:
                 fit["fixed_s"], fit["per_token_s"] = fixed, per
                 with_flops = [(g["tokens"], g["flops"]) for g in gs if g.get("flops")]
                 fit["flops"] = line(with_flops) if with_flops else None
                 with_mem = [(g["tokens"], g["mem_peak_bytes"]) for g in gs if g.get("mem_peak_bytes") is not None]
                 fit["peak_bytes"] = line(with_mem) if with_mem else None
-                if fixed < 0:  # kept (the step still grows with the input), and said
-                    fit["note"] = (f"the fitted fixed cost is negative ({fixed:.3g} s): the lengths' times are "
-                                   "noisy; read the per-token cost with care")
                 continue
             fit["note"] = (f"no line: {why}; the longest length's step, its encoder share growing with the input "
                            "(the one-length model)")

@@ -17,6 +17,7 @@ from typing import Any
 
 from lightning.pytorch.loggers import WandbLogger as _LightningWandb
 
+from scaleformer.errors import ConfigError
 from scaleformer.io import read_jsonl
 
 COLUMNS = ["id", "prediction", "reference", "rougeL"]
@@ -26,8 +27,8 @@ class WandbLogger(_LightningWandb):
     """Lightning's WandbLogger with predictions tables, the final summary and the exported model."""
 
     def __init__(self, *args: Any, prediction_rows: int = 20, log_model: bool = False, **kwargs: Any) -> None:
-        if prediction_rows < 0:
-            raise ValueError(f"logger.wandb.prediction_rows={prediction_rows}: must be >= 0 (0: no table)")
+        if not isinstance(prediction_rows, int) or isinstance(prediction_rows, bool) or prediction_rows < 0:
+            raise ConfigError(f"logger.wandb.prediction_rows={prediction_rows!r}: must be an integer >= 0 (0: no table)")
         super().__init__(*args, log_model=False, **kwargs)
         self.prediction_rows = prediction_rows
         self.export_model = bool(log_model)
