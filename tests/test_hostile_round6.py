@@ -21,6 +21,7 @@ import torch
 from conftest import ROOT, compose
 from cost_records import record
 from test_hostile_outputs import unchanged
+from test_hostile_round5 import composes, train_cli
 from test_hostile_table import Case, check_table, one_line, run_case
 from tiny_models import METHODS, batch, tiny
 
@@ -31,22 +32,6 @@ def _script(name: str) -> Any:
     if str(ROOT / "scripts") not in sys.path:
         sys.path.insert(0, str(ROOT / "scripts"))
     return __import__(name)
-
-
-def composes(*overrides: str) -> Any:
-    def trigger(tmp: Path, _: Path | None) -> Any:
-        from scaleformer.runs.context import to_config
-
-        return to_config(compose(list(overrides)))
-    return trigger
-
-
-def train_cli(*args: str) -> Any:
-    def trigger(tmp: Path, _: Path | None) -> Any:
-        from scaleformer.cli import train
-
-        return train.check_overrides(list(args))
-    return trigger
 
 
 # ---- security and data loss ---------------------------------------------------------------------------
