@@ -6,7 +6,8 @@
 - ``chunking``: overlapping chunks and micro-batched chunk encoding; ``packing``: chunk states into
   one padded decoder input; ``fusion``: ScaleFormer's cumulative fusion (eqs. 2-5);
 - ``kept_layer``: the encoder's last layer at kept positions only; ``spans``: per-layer attention
-  spans (full, block, sliding window) for MASFormer;
+  spans (full, block, sliding window) for MASFormer, an encoder's and a decoder's causal ones;
+  ``span_cost``: MASFormer's attention cost C (the paper's formulas, counted pairs) and the sizes a budget gives;
 - ``decoding``: generation with beam-shared cross-attention; ``retrieval``: top-k cross-attention
   layers (Unlimiformer, Memorizing Transformers); ``host_memory``: the CPU heap under tensors (keep freed
   blocks for reuse, or hand them back).

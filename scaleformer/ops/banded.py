@@ -32,27 +32,30 @@ def banded_attention(
     scaling: float | None = None,
     dropout: float = 0.0,
     bias: torch.Tensor | None = None,  # [1, H, c, c + 2w] additive, from :func:`band_bias`
+    causal: bool = False,
 ) -> torch.Tensor:
-    """Sliding-window attention ``|i - j| <= window`` in O(N (c + 2w)); returns ``[B, N, H, dh]``."""
+    """Sliding-window attention ``|i - j| <= window`` in O(N (c + 2w)); returns ``[B, N, H, dh]``. ``causal``: the
+    window's left side only, ``0 <= i - j <= window`` (a decoder's self-attention), on c + w keys a chunk."""
     b, h, n, dh = query.shape
     w = window
+    right = 0 if causal else w  # keys after a chunk's last query
     c = chunk_size(w)
     nc = -(-n // c)
     pad = nc * c - n
-    kw = c + 2 * w  # keys per query chunk
+    kw = c + w + right  # keys per query chunk
     q = F.pad(query, (0, 0, 0, pad)).view(b, h, nc, c, dh).transpose(1, 2).reshape(b * nc, h, c, dh)
 
     def windows(x: torch.Tensor) -> torch.Tensor:  # [B, H, N, e] -> [B * nc, H, kw, e]
-        x = F.pad(x, (0, 0, w, pad + w)).unfold(2, kw, c)  # [B, H, nc, e, kw] (a view)
+        x = F.pad(x, (0, 0, w, pad + right)).unfold(2, kw, c)  # [B, H, nc, e, kw] (a view)
         return x.permute(0, 2, 1, 4, 3).reshape(b * nc, h, kw, x.shape[3])
 
     k, v = windows(key), windows(value)
     if valid is None:
         valid = torch.ones(b, n, dtype=torch.bool, device=query.device)
-    vk = F.pad(valid.bool(), (w, pad + w)).unfold(1, kw, c).reshape(b * nc, 1, 1, kw)  # [B*nc, 1, 1, kw]
+    vk = F.pad(valid.bool(), (w, pad + right)).unfold(1, kw, c).reshape(b * nc, 1, 1, kw)  # [B*nc, 1, 1, kw]
     i = torch.arange(c, device=query.device)[:, None]  # query i sits at key column i + w
     j = torch.arange(kw, device=query.device)[None, :]
-    band = (j >= i) & (j <= i + 2 * w)  # [c, kw]
+    band = (j >= i) & (j <= i + w + right)  # [c, kw]
     mask = band & (vk | (j == i + w))  # [B*nc, 1, c, kw]; a pad query still sees itself
     if bias is not None:
         mask = torch.where(mask, bias.to(q.dtype), torch.finfo(q.dtype).min)  # [B*nc, H, c, kw]

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from scaleformer.ops import compat
-from scaleformer.ops.banded import WINDOW_ATTN, band_bias
+from scaleformer.ops.banded import WINDOW_ATTN, band_bias, banded_attention
 from scaleformer.ops.compat import BartEncoder, BartLearnedPositionalEmbedding, T5Stack
 from scaleformer.registry import claim
 
@@ -73,6 +73,23 @@ class SpanKind:
         """Extra keywords the layer passes down to its attention function."""
         return {}
 
+    # ---- causal self-attention (a decoder-only model's layers: MASFormer as its paper runs it)
+    def causal_mask(self, size: int, n: int) -> torch.Tensor:
+        """The span with no key after its query: ``[n, n]`` boolean (for references and tests)."""
+        return self.dense_mask(size, n) & torch.ones(n, n, dtype=torch.bool).tril()
+
+    def causal_pairs(self, size: int, n: int) -> int:
+        """Attended (query, key) pairs among n tokens under the causal span (by the mask; kinds with a closed
+        form override it)."""
+        return int(self.causal_mask(size, n).sum())
+
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, size: int, *,
+               scaling: float | None = None, dropout: float = 0.0) -> torch.Tensor:
+        """Causal attention of ``query, key, value [B, H, N, dh]`` under the span: ``[B, H, N, dv]``. By the dense
+        mask here, so another package's kind works unchanged; the built-in kinds have their kernels."""
+        mask = self.causal_mask(size, query.shape[2]).to(query.device)  # [N, N]
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
+
 
 SPAN_KINDS: dict[str, SpanKind] = {}
 
@@ -86,10 +103,12 @@ def register_span_kind(kind: SpanKind) -> SpanKind:
 @dataclass(frozen=True)
 class Span:
     """One layer's attention span: a registered kind (``full``, ``block`` of size b, ``window`` of w each
-    side, or one of another package's) and its size."""
+    side, or one of another package's) and its size; ``causal``: no key after its query (a decoder's
+    self-attention; a window then reaches w tokens back only)."""
 
     kind: str
     size: int = 0
+    causal: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in SPAN_KINDS:
@@ -100,10 +119,17 @@ class Span:
         return SPAN_KINDS[self.kind]
 
     def pairs(self, n: int) -> int:
-        return self.rule.pairs(self.size, n)
+        return self.rule.causal_pairs(self.size, n) if self.causal else self.rule.pairs(self.size, n)
 
     def dense_mask(self, n: int) -> torch.Tensor:
-        return self.rule.dense_mask(self.size, n)
+        return self.rule.causal_mask(self.size, n) if self.causal else self.rule.dense_mask(self.size, n)
+
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **kw: Any) -> torch.Tensor:
+        """Causal attention ``[B, H, N, dv]`` of ``[B, H, N, dh]`` inputs under this span (full when it covers N)."""
+        if not self.causal:
+            raise ValueError("Span.attend is causal self-attention: an encoder's span runs through run_encoder")
+        rule = SPAN_KINDS["full"] if self.covers(query.shape[2]) else self.rule
+        return rule.attend(query, key, value, self.size, **kw)
 
     def covers(self, n: int) -> bool:
         return self.rule.covers(self.size, n)
@@ -122,6 +148,12 @@ class Full(SpanKind):
 
     def covers(self, size: int, n: int) -> bool:
         return True
+
+    def causal_pairs(self, size: int, n: int) -> int:
+        return n * (n + 1) // 2
+
+    def attend(self, query, key, value, size, *, scaling=None, dropout=0.0):
+        return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout, is_causal=True, scale=scaling)
 
     def prepare(self, encoder, size, x, valid, bias_attn):
         n = x.shape[1]
@@ -144,6 +176,23 @@ class Block(SpanKind):
 
     def covers(self, size: int, n: int) -> bool:
         return size >= n
+
+    def causal_pairs(self, size: int, n: int) -> int:  # a triangle per block
+        r = n % size
+        return (n // size) * size * (size + 1) // 2 + r * (r + 1) // 2
+
+    def attend(self, query, key, value, size, *, scaling=None, dropout=0.0):
+        """Each block of ``size`` tokens causal on its own: ``[B, H, nb, b, dh]``, one sdpa call (the last block padded
+        at its end, where no real query looks)."""
+        b, h, n, _ = query.shape
+        nb = -(-n // size)
+
+        def blocks(x: torch.Tensor) -> torch.Tensor:  # [B, H, N, e] -> [B, H, nb, b, e]
+            return F.pad(x, (0, 0, 0, nb * size - n)).view(b, h, nb, size, x.shape[-1])
+
+        out = F.scaled_dot_product_attention(blocks(query), blocks(key), blocks(value), dropout_p=dropout,
+                                             is_causal=True, scale=scaling)  # [B, H, nb, b, dv]
+        return out.view(b, h, nb * size, -1)[:, :, :n]
 
     def prepare(self, encoder, size, x, valid, bias_attn):
         b, n, _ = x.shape
@@ -179,6 +228,19 @@ class Window(SpanKind):
 
     def covers(self, size: int, n: int) -> bool:
         return size >= n - 1
+
+    def causal_pairs(self, size: int, n: int) -> int:  # 0 <= i - j <= w
+        m = min(size, max(n - 1, 0))
+        return n * (m + 1) - m * (m + 1) // 2
+
+    def causal_mask(self, size: int, n: int) -> torch.Tensor:
+        i = torch.arange(n)
+        d = i[:, None] - i[None, :]
+        return (d >= 0) & (d <= size)
+
+    def attend(self, query, key, value, size, *, scaling=None, dropout=0.0):
+        out = banded_attention(query, key, value, None, size, scaling=scaling, dropout=dropout, causal=True)
+        return out.transpose(1, 2)  # [B, N, H, dv] -> [B, H, N, dv]
 
     def prepare(self, encoder, size, x, valid, bias_attn):
         bias = band_bias(bias_attn, size) if bias_attn is not None else None  # [1, H, c, c + 2w]
