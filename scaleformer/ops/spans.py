@@ -182,16 +182,17 @@ class Block(SpanKind):
         return (n // size) * size * (size + 1) // 2 + r * (r + 1) // 2
 
     def attend(self, query, key, value, size, *, scaling=None, dropout=0.0):
-        """Each block of ``size`` tokens causal on its own: ``[B, H, nb, b, dh]``, one sdpa call (the last block padded
-        at its end, where no real query looks)."""
+        """Each block of ``size`` tokens causal on its own: ``[B, H x nb, b, dh]`` (4-D, so sdpa's fused kernels take
+        it; with 5-D inputs the CPU's fell back to the score matrix), one call; the last block padded at its end,
+        where no real query looks."""
         b, h, n, _ = query.shape
         nb = -(-n // size)
 
-        def blocks(x: torch.Tensor) -> torch.Tensor:  # [B, H, N, e] -> [B, H, nb, b, e]
-            return F.pad(x, (0, 0, 0, nb * size - n)).view(b, h, nb, size, x.shape[-1])
+        def blocks(x: torch.Tensor) -> torch.Tensor:  # [B, H, N, e] -> [B, H * nb, b, e]
+            return F.pad(x, (0, 0, 0, nb * size - n)).view(b, h * nb, size, x.shape[-1])
 
         out = F.scaled_dot_product_attention(blocks(query), blocks(key), blocks(value), dropout_p=dropout,
-                                             is_causal=True, scale=scaling)  # [B, H, nb, b, dv]
+                                             is_causal=True, scale=scaling)  # [B, H * nb, b, dv]
         return out.view(b, h, nb * size, -1)[:, :, :n]
 
     def prepare(self, encoder, size, x, valid, bias_attn):
