@@ -25,6 +25,7 @@ from test_hostile_round5 import composes, train_cli
 from test_hostile_table import Case, check_table, one_line, run_case
 from tiny_models import METHODS, batch, tiny
 
+from scaleformer.data.errors import DataError
 from scaleformer.errors import ConfigError
 
 
@@ -452,9 +453,9 @@ CASES = [
     Case("early-stopping-patience-nan", train_cli("trainer.early_stopping_patience=nan"),
          r"^trainer\.early_stopping_patience=nan: must be an integer \(or null\)"),
     Case("mirror-zip-rows-without-output", mirror("zip"),
-         r"gov_report\.zip split 'train': missing field 'output'", Exception),
+         r"gov_report\.zip split 'train': missing field 'output'", DataError),
     Case("mirror-parquet-truncated", mirror("parquet"),
-         r"^cannot load data=booksum: local dataset folder .*: .*Parquet magic bytes not found", Exception),
+         r"^cannot load data=booksum: local dataset folder .*: .*Parquet magic bytes not found", DataError),
     Case("help-lists-no-internal-files", help_lists_no_internal_files, None),
     Case("method-schema-as-an-option", compose_only("method=sled_schema"),
          r"Could not find 'method/sled_schema' Available options in 'method': block_attention", ConfigError),
