@@ -24,14 +24,19 @@ __all__ = ["BackboneConfig", "BertScoreConfig", "Config", "DataConfig", "Generat
            "OptimConfig", "PathsConfig", "PRECISIONS", "SplitNames", "TrainerConfig", "runtime", "runtime_fields"]
 
 
+ARCHES = ("bart", "t5", "gpt2")  # the families a backbone is built from at random (gpt2: decoder-only)
+
+
 @dataclass
 class BackboneConfig:
-    """A Hugging Face seq2seq model, from the hub/a local path or built randomly from ``arch``."""
+    """A Hugging Face seq2seq model (or, for MASFormer as its paper runs it, a decoder-only causal LM), from the
+    hub/a local path or built randomly from ``arch``."""
 
     name: str = MISSING
-    # Hub id or local directory of a pretrained AutoModelForSeq2SeqLM; None builds from `arch`.
+    # Hub id or local directory of a pretrained AutoModelForSeq2SeqLM (or AutoModelForCausalLM: its config says
+    # which); None builds from `arch`.
     pretrained: str | None = None
-    # For random init: "bart" or "t5", with `model_kwargs` overriding that family's config.
+    # For random init: "bart", "t5" or "gpt2" (decoder-only), with `model_kwargs` overriding that family's config.
     arch: str | None = None
     # For random init, an architecture file to start from (a config.json; keys starting with "_" are
     # comments; relative paths are scaleformer/assets/ files): the paper's backbones as shapes, offline.
@@ -51,8 +56,8 @@ class BackboneConfig:
     compile_decoder: str | None = runtime(None)
 
     def __post_init__(self) -> None:
-        check(self.pretrained is not None or self.arch in ("bart", "t5"), "backbone.arch", self.arch,
-              "must be 'bart' or 't5' when backbone.pretrained is null")
+        check(self.pretrained is not None or self.arch in ARCHES, "backbone.arch", self.arch,
+              "must be 'bart', 't5' or 'gpt2' when backbone.pretrained is null")
         _positive("backbone.max_positions", self.max_positions, allow_none=True)
         check(self.config_file is None or self.pretrained is None, "backbone.config_file", self.config_file,
               "builds random weights: set backbone.pretrained=null (or drop the config file)")

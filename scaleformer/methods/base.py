@@ -76,6 +76,9 @@ class Method(ABC):
     # Settings that fit the test backbones (128 positions, 2 layers, d_model 32): the decoding, GPU and
     # golden matrices run every registered method with them, a researcher's own included.
     small_settings: ClassVar[dict[str, Any]] = {}
+    # Whether the method runs on a decoder-only causal LM (it sets spans on the model's own self-attention);
+    # the others read the input with an encoder.
+    runs_decoder_only: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -86,6 +89,10 @@ class Method(ABC):
         self.cfg = cfg
         self.spec = spec
         compat.require(self.requires, f"method={cfg.name}")
+        if getattr(spec, "decoder_only", False) and not self.runs_decoder_only:
+            able = ", ".join(sorted(n for n, c in REGISTRY.items() if c.runs_decoder_only))
+            raise ConfigError(f"method.name={cfg.name!r} reads the input with an encoder, and the backbone is a "
+                              f"decoder-only causal LM; on it run {able}")
         self.check_backbone(spec)
 
     def check_backbone(self, spec: BackboneSpec) -> None:  # noqa: B027 (optional hook)

@@ -15,6 +15,21 @@ Attention cost C (the paper's section 4) = attended (query, key) pairs of one n-
 summed over encoder layers: full n^2; block b*n (exactly floor(n/b) b^2 + (n mod b)^2); window
 (2w+1) n minus the pairs falling off both edges. :meth:`SpanMethod.attention_cost` computes it,
 :meth:`SpanMethod.describe` records the formula and its values in every run's metrics.
+
+Two MASFormers run through these classes:
+
+- **as its paper runs it**: on a decoder-only causal LM (GPT-2, GPT-NeoX/Pythia, Llama, Mistral, Qwen2), the spans
+  causal on the model's own self-attention (:mod:`scaleformer.ops.causal_spans`): full attention in ``l`` layers,
+  causal blocks of ``m`` in the others; GPT-2's learned positions duplicated up to ``max_length``, as the paper
+  duplicates GPT-3 XL's 1,024 to 8,192. C is then also given by the paper's formula, ``(L - l) m n + l n^2``
+  (``attention_cost_paper``), beside the causal pairs counted (about half of it).
+- **the project's encoder adaptation** (not in the paper): the same spans, non-causal, on a BART/T5 encoder whose
+  decoder cross-attends to the whole input; a baseline beside ScaleFormer's chunked methods.
+
+``cost`` (C, in the paper's formula units, at ``n = max_length``) derives the span size by the paper's rules
+(section 4): block ``b = C/(L n)``, window ``w = C/(2 L n)``, MASFormer ``l = (C - L m n)/(n^2 - m n)``,
+rounded to the nearest integer (the unrounded value is recorded). ``placement`` puts MASFormer's full layers at
+the bottom (the paper's choice), in the middle or at the top (its section 4.3 ablation).
 """
 
 from __future__ import annotations
@@ -29,6 +44,9 @@ from omegaconf import MISSING
 from scaleformer.errors import ConfigError, check
 from scaleformer.methods.base import Encoded, Method, MethodConfig
 from scaleformer.methods.truncation import prepend_prefix
+from scaleformer.ops import span_cost
+from scaleformer.ops.causal_spans import causal_family, decoder_layers, is_causal_lm, route_causal_spans
+from scaleformer.ops.causal_spans import extend_positions as extend_causal_positions
 from scaleformer.ops.spans import (
     Span,
     encoder_family,
@@ -50,28 +68,70 @@ class SpanConfig(MethodConfig):
     # Longest input encoded in one pass (specials included); BART's positions are tiled up to it and
     # longer inputs are truncated. 16384 = the GovReport truncation of the ScaleFormer paper.
     max_length: int = 16384
+    # C, the attention budget in the paper's units at n = max_length: when set, it sets the span size by the
+    # paper's rules (block b, window w, MASFormer's l), replacing the size setting; null: the size as set.
+    cost: float | None = None
 
     def __post_init__(self) -> None:
         check(self.max_length > 0, "method.max_length", self.max_length, "must be > 0")
+        check(self.cost is None or self.cost > 0, "method.cost", self.cost, "must be > 0 (or null)")
 
 
 class SpanMethod(Method):
     """One encoder pass with a per-layer attention span; subclasses say which span each layer gets."""
 
     cfg: SpanConfig
-    formula: ClassVar[str] = ""
+    formula: ClassVar[str] = ""  # the pairs a (non-causal) encoder layer attends
+    paper_formula: ClassVar[str] = ""  # the paper's C (section 2), causal or not
     requires = ("layer_spans",)
+    runs_decoder_only = True
+    sized: ClassVar[str] = ""  # the setting ``cost`` derives ("" : none, the cost is fixed)
 
     def __init__(self, cfg: SpanConfig, spec: BackboneSpec) -> None:
-        self.n_layers: int | None = getattr(spec, "n_encoder_layers", None) or None
+        # Causal spans on a decoder-only model's own layers; on a seq2seq model, the encoder's.
+        self.causal = bool(getattr(spec, "decoder_only", False))
+        layers = getattr(spec, "n_decoder_layers" if self.causal else "n_encoder_layers", None)
+        self.n_layers: int | None = layers or None
         super().__init__(cfg, spec)
         self.truncated_inputs = 0
         self._eval_docs = 0
         self._eval_cost = 0
 
     def spans(self, n_layers: int) -> list[Span]:
-        """One span per encoder layer, bottom first; raises ConfigError when the config does not fit."""
+        """One span per layer, bottom first; raises ConfigError when the config does not fit."""
         raise NotImplementedError
+
+    def budget(self, n_layers: int) -> float | None:
+        """The unrounded size ``cost`` gives by the paper's rules (None without a cost)."""
+        c = self.cfg
+        if c.cost is None:
+            return None
+        if not self.sized:
+            raise ConfigError(f"method.cost={c.cost}: {c.name}'s cost is fixed by n and the layers; set no cost")
+        block = getattr(c, "block_size", 1)
+        if self.sized == "full_layers" and block >= c.max_length:
+            raise ConfigError(f"method.block_size={block}: must be below method.max_length={c.max_length} to "
+                              "derive full_layers from a cost")
+        # m matters to l alone (b and w read C, L and n only): 1 stands in for the other methods
+        m = block if self.sized == "full_layers" else 1
+        return span_cost.sizes_for(c.cost, n_layers, c.max_length, m)[self.sized.replace("_size", "")]
+
+    def size(self, n_layers: int) -> int:
+        """The span size setting in force: the one ``cost`` derives, or the one set."""
+        got = self.budget(n_layers)
+        if got is None:
+            return int(getattr(self.cfg, self.sized))
+        value = round(got)
+        low = 0 if self.sized == "full_layers" else 1
+        high = n_layers if self.sized == "full_layers" else self.cfg.max_length
+        check(low <= value <= high, "method.cost", self.cfg.cost,
+              f"gives {self.sized}={got:.2f} on {n_layers} layers at n={self.cfg.max_length}; it must round into "
+              f"[{low}, {high}]")
+        return value
+
+    def layer_spans(self, n_layers: int) -> list[Span]:
+        """:meth:`spans` as the model runs them: causal on a decoder-only backbone."""
+        return [Span(s.kind, s.size, causal=self.causal) for s in self.spans(n_layers)]
 
     def check_backbone(self, spec: BackboneSpec) -> None:
         n_spec = len(spec.prefix_ids) + len(spec.suffix_ids)
@@ -82,7 +142,10 @@ class SpanMethod(Method):
 
     # ------------------------------------------------------------------------------------- model
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Check the layer count, tile BART's positions to max_length, route sliding-window layers."""
+        """Check the layer count, tile BART's positions to max_length, route sliding-window layers; on a
+        decoder-only model, duplicate GPT-2's positions and route every layer to its causal span."""
+        if is_causal_lm(model):
+            return self._wrap_causal(model)
         encoder = model.get_encoder()
         try:
             encoder_family(encoder)
@@ -93,6 +156,19 @@ class SpanMethod(Method):
         if extend_positions(encoder, self.cfg.max_length):
             log.info("%s: encoder positions tiled to %d", self.cfg.name, self.cfg.max_length)
         route_window_attention(encoder, [i for i, s in enumerate(spans) if s.rule.routed])
+        return model
+
+    def _wrap_causal(self, model: torch.nn.Module) -> torch.nn.Module:
+        try:
+            causal_family(model)
+        except TypeError as e:
+            raise ConfigError(f"method.name={self.cfg.name!r}: {e}") from None
+        self.causal = True
+        self.n_layers = len(decoder_layers(model))
+        spans = self.layer_spans(self.n_layers)
+        if extend_causal_positions(model, self.cfg.max_length):
+            log.info("%s: positions duplicated to %d", self.cfg.name, self.cfg.max_length)
+        route_causal_spans(model, spans)
         return model
 
     # ---------------------------------------------------------------------------------- encoding
@@ -144,17 +220,25 @@ class SpanMethod(Method):
         """C: attended (query, key) pairs of one n-token document, summed over encoder layers."""
         n_layers = n_layers or self.n_layers
         if not n_layers:
-            raise ValueError("attention_cost needs the encoder's layer count: wrap(model) first or pass n_layers")
+            raise ValueError("attention_cost needs the layer count: wrap(model) first or pass n_layers")
         n = min(n_tokens, self.cfg.max_length)
-        return sum(s.pairs(n) for s in self.spans(n_layers))
+        return sum(s.pairs(n) for s in self.layer_spans(n_layers))
 
     def describe(self) -> dict[str, Any]:
         at_max = self.attention_cost(self.cfg.max_length) if self.n_layers else None
         mean = round(self._eval_cost / self._eval_docs) if self._eval_docs else None
-        return asdict(self.cfg) | {
-            "encoder_layers": self.n_layers,
-            "attention_cost_formula": self.formula,
-            "attention_cost_at_max_length": at_max,  # C for an input of max_length tokens
+        out = asdict(self.cfg)
+        if self.n_layers and self.sized:
+            out |= {self.sized: self.size(self.n_layers), f"{self.sized}_from_cost": self.budget(self.n_layers)}
+        return out | {
+            "decoder_only": self.causal,
+            "encoder_layers" if not self.causal else "decoder_layers": self.n_layers,
+            "attention_cost_formula": self.formula if not self.causal else
+            f"C = {self.paper_formula} (the paper's); counted: causal pairs, no key after its query",
+            # The paper's C at n = max_length ((L - l) m n + l n^2 and kin), whatever the mask leaves out.
+            "attention_cost_paper": span_cost.paper_cost(self.spans(self.n_layers), self.cfg.max_length)
+            if self.n_layers and all(s.kind in span_cost.FORMULAS for s in self.spans(self.n_layers)) else None,
+            "attention_cost_at_max_length": at_max,  # pairs attended by an input of max_length tokens
             "attention_cost_mean": mean,  # mean C over the documents encoded for evaluation
             "truncated_inputs": self.truncated_inputs,
         }
@@ -166,16 +250,29 @@ _BLOCK = "(floor(n/b)*b^2 + (n mod b)^2)"
 @dataclass
 class MasformerConfig(SpanConfig):
     name: str = "masformer"
-    # l: bottom encoder layers with full attention. The paper's main setting is l=4 of 24 layers
-    # (1/6); 1 keeps that share on 6-layer BART-base and fits the 2-layer tiny backbones.
+    # l: layers with full attention. The paper's main setting is l=4 of 24 layers (1/6); 1 keeps that share
+    # on 6-layer BART-base and fits the 2-layer tiny backbones.
     full_layers: int = 1
     # b: block size of the other layers (the paper's m=1024, also BART's pretrained window).
     block_size: int = 1024
+    # Where the full layers sit: bottom (the paper's choice: long-range signals help most there), middle or
+    # top (its section 4.3 ablation).
+    placement: str = "bottom"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.full_layers >= 0, "method.full_layers", self.full_layers, "must be >= 0")
         check(self.block_size > 0, "method.block_size", self.block_size, "must be > 0")
+        check(self.placement in PLACEMENTS, "method.placement", self.placement, f"must be one of {', '.join(PLACEMENTS)}")
+
+
+PLACEMENTS = ("bottom", "middle", "top")
+
+
+def full_layer_ids(n_layers: int, full: int, placement: str) -> range:
+    """Which of ``n_layers`` (bottom first) get full attention: the first ``full``, the middle ones or the last."""
+    start = {"bottom": 0, "middle": (n_layers - full) // 2, "top": n_layers - full}[placement]
+    return range(start, start + full)
 
 
 class Masformer(SpanMethod):
@@ -184,12 +281,16 @@ class Masformer(SpanMethod):
     Config = MasformerConfig
     cfg: MasformerConfig
     formula = f"C = l*n^2 + (L-l)*{_BLOCK}  (= (L-l)*b*n + l*n^2 when b divides n)"
+    paper_formula = "(L-l)*m*n + l*n^2"
+    sized = "full_layers"
 
     def spans(self, n_layers: int) -> list[Span]:
         c = self.cfg
-        check(c.full_layers <= n_layers, "method.full_layers", c.full_layers,
-              f"must be <= the encoder's {n_layers} layers")
-        return [Span("full")] * c.full_layers + [Span("block", c.block_size)] * (n_layers - c.full_layers)
+        full = self.size(n_layers)
+        check(full <= n_layers, "method.full_layers", full,
+              f"must be <= the {'model' if self.causal else 'encoder'}'s {n_layers} layers")
+        ids = full_layer_ids(n_layers, full, c.placement)
+        return [Span("full") if i in ids else Span("block", c.block_size) for i in range(n_layers)]
 
 
 @dataclass
@@ -209,9 +310,11 @@ class BlockAttention(SpanMethod):
     Config = BlockAttentionConfig
     cfg: BlockAttentionConfig
     formula = f"C = L*{_BLOCK}  (= L*b*n when b divides n)"
+    paper_formula = "L*b*n"
+    sized = "block_size"
 
     def spans(self, n_layers: int) -> list[Span]:
-        return [Span("block", self.cfg.block_size)] * n_layers
+        return [Span("block", self.size(n_layers))] * n_layers
 
 
 @dataclass
@@ -232,9 +335,11 @@ class SlidingWindow(SpanMethod):
     Config = SlidingWindowConfig
     cfg: SlidingWindowConfig
     formula = "C = L*((2m+1)*n - m*(m+1)), m = min(w, n-1)  (~ L*(2w+1)*n)"
+    paper_formula = "2*L*w*n"
+    sized = "window"
 
     def spans(self, n_layers: int) -> list[Span]:
-        return [Span("window", self.cfg.window)] * n_layers
+        return [Span("window", self.size(n_layers))] * n_layers
 
 
 @dataclass
@@ -248,6 +353,7 @@ class FullAttention(SpanMethod):
     Config = FullAttentionConfig
     cfg: FullAttentionConfig
     formula = "C = L*n^2"
+    paper_formula = "L*n^2"
 
     def spans(self, n_layers: int) -> list[Span]:
         return [Span("full")] * n_layers

@@ -1,4 +1,5 @@
-"""The model wrapper: any AutoModelForSeq2SeqLM, from the hub, a local copy, or built randomly.
+"""The model wrapper: any AutoModelForSeq2SeqLM (or, for MASFormer as its paper runs it, an AutoModelForCausalLM),
+from the hub, a local copy, or built randomly.
 
 Tiny random backbones (tiny_bart, tiny_t5) with the offline tokenizer make the whole pipeline run
 with no hub and no GPU; `pretrained` loads exactly what a GPU user would get.
@@ -16,9 +17,11 @@ from typing import Any
 from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
+    AutoModelForCausalLM,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
     BartConfig,
+    GPT2Config,
     PretrainedConfig,
     PreTrainedModel,
     T5Config,
@@ -35,6 +38,7 @@ from scaleformer.model.readers import RECIPES
 from scaleformer.model.spec import BackboneSpec
 from scaleformer.model.tokenizer import load_offline_tokenizer, special_token_ids
 from scaleformer.ops import compat
+from scaleformer.ops.causal_spans import decoder_layers
 from scaleformer.ops.spans import encoder_layers
 from scaleformer.resources import ASSET_PREFIX, assets_dir, resolve_asset
 
@@ -113,6 +117,9 @@ def _read_config(cfg: BackboneConfig, tokenizer: Any) -> PretrainedConfig:
         ids |= {"bos_token_id": tokenizer.bos_token_id, "decoder_start_token_id": tokenizer.eos_token_id,
                 "forced_eos_token_id": tokenizer.eos_token_id}
         return BartConfig(**(base | ids | dict(cfg.model_kwargs)))
+    if cfg.arch == "gpt2":
+        ids |= {"bos_token_id": tokenizer.bos_token_id}
+        return GPT2Config(**(base | ids | dict(cfg.model_kwargs)))
     ids |= {"decoder_start_token_id": tokenizer.pad_token_id}
     return T5Config(**(base | ids | dict(cfg.model_kwargs)))
 
@@ -136,8 +143,18 @@ def max_positions(cfg: BackboneConfig, conf: PretrainedConfig) -> int:
                       "max_position_embeddings; set backbone.max_positions")
 
 
+def decoder_only(conf: PretrainedConfig) -> bool:
+    """A causal LM (GPT-2, Llama, ...): no encoder, the method's spans go on its own self-attention."""
+    return not getattr(conf, "is_encoder_decoder", False)
+
+
 def backbone_spec(cfg: BackboneConfig, tokenizer: Any, conf: PretrainedConfig) -> BackboneSpec:
     prefix, suffix = special_token_ids(tokenizer)
+    if decoder_only(conf):
+        return BackboneSpec(
+            max_positions=max_positions(cfg, conf), pad_id=_pad_id(tokenizer), prefix_ids=tuple(prefix),
+            suffix_ids=tuple(suffix), d_model=int(getattr(conf, "hidden_size", 0) or 0),
+            n_decoder_layers=int(getattr(conf, "num_hidden_layers", 0) or 0), decoder_only=True)
     return BackboneSpec(
         max_positions=max_positions(cfg, conf), pad_id=tokenizer.pad_token_id, prefix_ids=tuple(prefix),
         suffix_ids=tuple(suffix), d_model=int(getattr(conf, "d_model", 0) or getattr(conf, "hidden_size", 0)),
@@ -145,6 +162,11 @@ def backbone_spec(cfg: BackboneConfig, tokenizer: Any, conf: PretrainedConfig) -
         n_decoder_layers=int(getattr(conf, "decoder_layers", 0) or getattr(conf, "num_decoder_layers", 0)
                              or getattr(conf, "num_layers", 0)),
     )
+
+
+def _pad_id(tokenizer: Any) -> int:
+    """A causal LM's tokenizer often has no pad token (GPT-2, Pythia): batches pad with EOS, masked out."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
 @dataclass(frozen=True)
@@ -210,8 +232,12 @@ def compile_decoder(model: PreTrainedModel, backend: str) -> None:
     """Compile each decoder layer in place, for training: a teacher-forced step launches as many small
     kernels in the decoder as in the encoder. Generation calls them eagerly
     (:func:`scaleformer.ops.decoding.generate`)."""
-    decoder = model.get_decoder()
-    for layer in getattr(decoder, "layers", None) or decoder.block:  # BART's layers, T5's blocks
+    if decoder_only(model.config):
+        layers = decoder_layers(model)
+    else:
+        decoder = model.get_decoder()
+        layers = getattr(decoder, "layers", None) or decoder.block  # BART's layers, T5's blocks
+    for layer in layers:
         layer.compile(backend=backend)
 
 
@@ -220,10 +246,14 @@ def build_model(cfg: BackboneConfig, conf: PretrainedConfig, weights: bool = Tru
     kwargs: dict[str, Any] = {}
     if cfg.attn_implementation:
         kwargs["attn_implementation"] = cfg.attn_implementation
+    auto = AutoModelForCausalLM if decoder_only(conf) else AutoModelForSeq2SeqLM
+    if decoder_only(conf) and cfg.compile_encoder:
+        raise ConfigError(f"backbone.compile_encoder={cfg.compile_encoder!r}: the decoder-only backbone {cfg.name!r} "
+                          "has no encoder; use backbone.compile_decoder")
     if cfg.pretrained is not None and weights:
         # Weights are data: safetensors, or a pickled .bin read with torch.load(weights_only=True).
         try:
-            model = _from_hub(AutoModelForSeq2SeqLM.from_pretrained, cfg.pretrained, "model", "backbone.pretrained",
+            model = _from_hub(auto.from_pretrained, cfg.pretrained, "model", "backbone.pretrained",
                               config=conf, weights_only=True, **kwargs)
         except pickle.UnpicklingError as e:
             raise ConfigError(f"backbone.pretrained={cfg.pretrained!r}: its weights file holds more than tensors "
@@ -237,7 +267,7 @@ def build_model(cfg: BackboneConfig, conf: PretrainedConfig, weights: bool = Tru
         # this, fine-tuning a pretrained backbone would run without dropout.
         model.train()
     else:
-        model = AutoModelForSeq2SeqLM.from_config(conf, **kwargs)
+        model = auto.from_config(conf, **kwargs)
     if cfg.compile_encoder:
         compile_encoder(model, cfg.compile_encoder)
     if cfg.compile_decoder:

@@ -208,6 +208,9 @@ def check_spec(spec: Any, backbone: PretrainedConfig) -> None:
         elif field.name == "pad_id":
             check(_is_int(value), key, value, "must be an integer token id")
             ids = [value]
+        elif field.type in (bool, "bool"):
+            check(isinstance(value, bool), key, value, "must be true or false")
+            continue
         else:
             check(_is_int(value) and value >= 0, key, value, "must be a non-negative integer")
             continue

@@ -22,3 +22,5 @@ class BackboneSpec:
     d_model: int = 0
     n_encoder_layers: int = 0
     n_decoder_layers: int = 0
+    # A causal LM (no encoder): only methods that set spans on its self-attention run on it.
+    decoder_only: bool = False

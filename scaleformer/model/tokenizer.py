@@ -7,7 +7,7 @@ the bundled synthetic text; :func:`scaleformer.data.synthetic.build_offline_bpe`
 UTF-8 text still tokenizes (no `<unk>`), so users' own files work with it too, just less compactly.
 
 Special tokens: ``<pad>`` = 0, ``<s>`` = 1, ``</s>`` = 2, ``<unk>`` = 3. Two flavours differ only in
-how one sequence is wrapped: "bart" gives ``<s> ... </s>``, "t5" gives ``... </s>``.
+how one sequence is wrapped: "bart" (and "gpt2") gives ``<s> ... </s>``, "t5" gives ``... </s>``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 # The constants and the special-token probe live in vocab (no transformers there); their names stay here.
 from scaleformer.model.vocab import ASSET, SPECIAL_TOKENS, VOCAB_SIZE, special_token_ids  # noqa: F401
 
-FLAVOURS = ("bart", "t5")
+FLAVOURS = ("bart", "t5", "gpt2")  # gpt2 (a decoder-only backbone) wraps a document as bart does
 # transformers' own "no limit" (int(1e30)): the methods read whole documents, so a saved tokenizer must not
 # claim the encoder's window (it would warn "sequence length is longer than ..." on every long document).
 NO_LIMIT = VERY_LARGE_INTEGER
@@ -33,7 +33,7 @@ def _with_template(tok: Tokenizer, flavour: str) -> Tokenizer:
     if flavour not in FLAVOURS:
         raise ValueError(f"tokenizer flavour {flavour!r}: must be one of {', '.join(FLAVOURS)}")
     ids = {t: tok.token_to_id(t) for t in ("<s>", "</s>")}
-    if flavour == "bart":
+    if flavour in ("bart", "gpt2"):
         single, pair = "<s> $A </s>", "<s> $A </s> </s> $B </s>"
     else:
         single, pair = "$A </s>", "$A </s> $B </s>"

@@ -8,8 +8,15 @@ import math
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, GPT2Config, GPTNeoConfig, GPTNeoXConfig, LlamaConfig, MistralConfig
-from transformers import Qwen2Config
+from transformers import (
+    AutoModelForCausalLM,
+    GPT2Config,
+    GPTNeoConfig,
+    GPTNeoXConfig,
+    LlamaConfig,
+    MistralConfig,
+    Qwen2Config,
+)
 
 from scaleformer.ops import compat
 from scaleformer.ops.causal_spans import (
