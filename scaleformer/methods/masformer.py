@@ -139,6 +139,7 @@ class SpanMethod(Method):
               f"must exceed the {n_spec} special tokens")
         if self.n_layers:
             self.spans(self.n_layers)
+            self.budget(self.n_layers)  # a cost for a method whose cost is fixed is refused here
 
     # ------------------------------------------------------------------------------------- model
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:

@@ -67,7 +67,7 @@ def test_a_budget_sets_the_size_by_the_papers_rules(cfg, key, want):
 
 
 @pytest.mark.parametrize(("cfg", "match"), [
-    (MasformerConfig(max_length=256, block_size=64, cost=10 * 256 ** 2), r"method.cost=655360.*full_layers=9\.33"),
+    (MasformerConfig(max_length=256, block_size=64, cost=10 * 256 ** 2), r"method.cost=655360.*full_layers=11\.33"),
     (FullAttentionConfig(max_length=256, cost=1000.0), "cost is fixed"),
     (MasformerConfig(max_length=64, block_size=64, cost=1e5), "block_size=64: must be below"),
     (MasformerConfig(max_length=256, block_size=64, full_layers=7), "full_layers=7.*model.s 6 layers"),
