@@ -18,6 +18,9 @@ class OptimConfig:
     # The share of the optimiser steps spent warming up (the lineage's warmup_ratio 0.1); set, it takes the
     # place of warmup_steps (the steps follow from the data and the epochs).
     warmup_ratio: float | None = None
+    # After warm-up: "linear" decay to 0 at the last step (the lineage's, BART/SLED fine-tuning) or "constant"
+    # (MASFormer's continual training, section 4.1: constant lr 1e-4 after 2,000 warm-up steps).
+    schedule: str = "linear"
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
     # A non-finite (NaN/inf) training loss stops the run with an error naming the step; true logs a
@@ -33,6 +36,7 @@ class OptimConfig:
         check(self.warmup_steps >= 0, "optim.warmup_steps", self.warmup_steps, "must be >= 0")
         check(self.warmup_ratio is None or 0 <= self.warmup_ratio < 1, "optim.warmup_ratio", self.warmup_ratio,
               "must be in [0, 1) (a share of the optimiser steps) or null")
+        check(self.schedule in ("linear", "constant"), "optim.schedule", self.schedule, "must be linear or constant")
 
 
 # A line of a step's cost over its input length needs lengths this far apart (longest / shortest): closer, a

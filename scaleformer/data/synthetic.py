@@ -249,7 +249,7 @@ def generate(
         settings["task"] = task
     if task == "qa":  # answers became the ledger's own sentence (they restated it as summaries do)
         settings["answer"] = "ledger_sentence"
-    make_rows = qa_rows if task == "qa" else split_rows
+    make_rows = ROW_MAKERS[task]
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     folder = Path(out_dir) / f"synthetic-{key}"
     paths = {}
@@ -262,6 +262,10 @@ def generate(
     if not (folder / "settings.json").exists():
         atomic_write_text(folder / "settings.json", json.dumps(settings, indent=2) + "\n")
     return paths
+
+
+# task -> the rows of one split (scaleformer.data.synthetic_lm adds "lm": documents for language modeling)
+ROW_MAKERS: dict[str, Any] = {"summary": split_rows, "qa": qa_rows}
 
 
 def tokenizer_corpus(n_docs: int = 48, n_words: int = 3000) -> Iterator[str]:

@@ -53,7 +53,9 @@ ADDED_LATER: dict[str, dict[str, Any]] = {"backbone": {"config_file": None},
                                           "data": {"synthetic_split_seeds": {}, "synthetic_words_spread": 0.0,
                                                    "max_train_input_tokens": None, "max_prefix_tokens": None,
                                                    "bucket": False, "micro_batch_size": None},
-                                          "optim": {"warmup_ratio": None},
+                                          "optim": {"warmup_ratio": None, "schedule": "linear"},
+                                          # the span methods' budget and MASFormer's placement
+                                          "method": {"cost": None, "placement": "bottom"},
                                           "trainer": {"validation": TrainerConfig.validation}}
 
 
