@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from scaleformer.config import BackboneConfig
-from scaleformer.data import synthetic
+from scaleformer.data import synthetic, synthetic_lm
 from scaleformer.io import atomic_dir, atomic_write_json
 from scaleformer.methods.truncation import prepend_prefix
 from scaleformer.model.backbone import build_model as build
@@ -54,14 +54,18 @@ def build_model(recipe: Recipe) -> tuple[Any, Any]:
 
     base = OmegaConf.to_container(OmegaConf.load(conf_dir() / "backbone" / f"{recipe.base}.yaml"), resolve=True)
     kwargs = {**base["model_kwargs"], **recipe.model_kwargs}
-    kwargs["dropout" if recipe.arch == "bart" else "dropout_rate"] = recipe.dropout
+    for key in {"bart": ("dropout",), "t5": ("dropout_rate",), "gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop")
+                }[recipe.arch]:
+        kwargs[key] = recipe.dropout
     cfg = BackboneConfig(name=recipe.name, arch=recipe.arch, tokenizer="offline", model_kwargs=kwargs,
                          attn_implementation="sdpa")
     tok = load_offline_tokenizer(recipe.arch)
     model = build(cfg, model_config(cfg, tok))
-    if recipe.arch == "bart":
+    if recipe.arch in ("bart", "gpt2"):
         with torch.no_grad():
-            for emb in (model.model.encoder.embed_positions, model.model.decoder.embed_positions):
+            tables = (model.model.encoder.embed_positions, model.model.decoder.embed_positions) \
+                if recipe.arch == "bart" else (model.transformer.wpe,)
+            for emb in tables:
                 emb.weight.copy_(_sinusoids(*emb.weight.shape, recipe.positions_std))
     return model, tok
 
@@ -98,9 +102,23 @@ def _qa_batch(stage: Stage, tok: Any, rng: random.Random) -> dict[str, Any]:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
+def _lm_batch(stage: Stage, tok: Any, rng: random.Random, n: int) -> dict[str, Any]:
+    """Rows of ``n`` tokens cut from a stream of short long-dependency documents (their facts recalled within a
+    row or two): the reading skill, learned where the facts are mostly in view; packed, as a causal LM is
+    pretrained."""
+    import torch
+
+    stream: list[int] = []
+    while len(stream) < stage.batch * n:
+        doc = synthetic_lm.make_lm_document(rng, rng.randint(*stage.length), rng.randint(*stage.events))
+        stream += tok(doc["input"])["input_ids"]
+    x = torch.tensor(stream[: stage.batch * n]).view(stage.batch, n)
+    return {"input_ids": x, "labels": x}
+
+
 def _resume(recipe: Recipe, folder: Path) -> tuple[Any, list[dict[str, Any]]]:
     """A model folder written by this recipe's first stages, and their history (to run the rest)."""
-    from transformers import AutoModelForSeq2SeqLM
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     info = json.loads((Path(folder) / "recipe.json").read_text(encoding="utf-8"))
     done = [Stage(**{**st, "length": tuple(st["length"]), "events": tuple(st["events"])})
@@ -109,7 +127,8 @@ def _resume(recipe: Recipe, folder: Path) -> tuple[Any, list[dict[str, Any]]]:
     mine = json.loads(json.dumps({**asdict(recipe), "stages": None, "name": None}))
     if tuple(done) != recipe.stages[: len(done)] or {**info["recipe"], "stages": None, "name": None} != mine:
         raise SystemExit(f"{folder}: not written by the first stages of recipe {recipe.name}")
-    return AutoModelForSeq2SeqLM.from_pretrained(str(folder), use_safetensors=True), list(info["stages"])
+    auto = AutoModelForCausalLM if recipe.arch == "gpt2" else AutoModelForSeq2SeqLM
+    return auto.from_pretrained(str(folder), use_safetensors=True), list(info["stages"])
 
 
 def pretrain(recipe: Recipe, out_dir: Path, log: Any = print, resume: Path | None = None) -> dict[str, Any]:
@@ -135,6 +154,7 @@ def pretrain(recipe: Recipe, out_dir: Path, log: Any = print, resume: Path | Non
         t0, losses = time.time(), []
         for step in range(stage.steps):
             batch = (_copy_batch(stage, len(tok), 4, gen) if stage.kind == "copy"
+                     else _lm_batch(stage, tok, rng, model.config.n_positions) if stage.kind == "lm"
                      else _qa_batch(stage, tok, rng) if stage.kind == "qa" else _ledger_batch(stage, tok, rng))
             loss = model(**batch).loss
             opt.zero_grad()

@@ -152,8 +152,15 @@ class MetricsConfig:
     # Every evaluation also scores documents by length (their tokens, as the model reads them): buckets
     # [0, e1), [e1, e2), ..., [eN, inf) from these edges; BERTScore is left out of the buckets.
     length_buckets: list[int] = field(default_factory=lambda: [1024, 4096, 16384, 65536])
+    # Perplexity by document length in buckets ((k-1) B, k B] of B tokens (MASFormer's Figure 3: 1,024).
+    perplexity_bucket: int = 1024
+    # Dependency tokens whose antecedent lies before the start of their block of this many tokens are scored
+    # apart (data with marked dependencies: scaleformer.data.synthetic_lm); the paper's block m = 1,024.
+    dependency_block: int = 1024
 
     def __post_init__(self) -> None:
+        _positive("metrics.perplexity_bucket", self.perplexity_bucket)
+        _positive("metrics.dependency_block", self.dependency_block)
         b = self.length_buckets
         check(all(x > 0 for x in b) and b == sorted(set(b)), "metrics.length_buckets", b,
               "must be increasing positive token counts")

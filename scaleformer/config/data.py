@@ -42,7 +42,8 @@ class DataConfig:
     # and answer options, up to the first blank line after "(D)". null: the input is all document.
     query_split: str | None = None
     # The metric the task reports (SCROLLS): rouge (summarization), f1 (Qasper, NarrativeQA) or
-    # exact_match (QuALITY, ContractNLI); tables and metrics.json report it as task_score.
+    # exact_match (QuALITY, ContractNLI); tables and metrics.json report it as task_score. perplexity: the
+    # documents alone, for language modeling on a decoder-only backbone (MASFormer's continual training).
     task_metric: str = "rouge"
     splits: SplitNames = field(default_factory=SplitNames)
     # None keeps the whole input (BookSum); GovReport uses 16384 as in the paper.
@@ -68,7 +69,8 @@ class DataConfig:
     # like a real data set's (conf/data/dryrun_*.yaml).
     synthetic_words_spread: float = 0.0
     synthetic_events: list[int] = field(default_factory=lambda: [6, 9])
-    # summary: the ledger's events as the reference; qa: a question about one event (its count).
+    # summary: the ledger's events as the reference; qa: a question about one event (its count); lm: documents
+    # whose facts are recalled far from where they are set (scaleformer.data.synthetic_lm), for perplexity.
     synthetic_task: str = "summary"
     # Training epochs of the lineage's recipe for this data set (SLED configs/data/*.json num_train_epochs):
     # trainer=paper trains this many; 10, its summarization sets', where an option states none (your own data).
@@ -139,10 +141,14 @@ class DataConfig:
               "must be null, blank_line or options")
         check(self.query_split is None or self.prefix_field is None, "data.query_split", self.query_split,
               "takes the query from the input: set data.prefix_field=null (or data.query_split=null)")
-        check(self.task_metric in ("rouge", "f1", "exact_match"), "data.task_metric", self.task_metric,
-              "must be rouge, f1 or exact_match")
-        check(self.synthetic_task in ("summary", "qa"), "data.synthetic_task", self.synthetic_task,
-              "must be summary or qa")
+        check(self.task_metric in ("rouge", "f1", "exact_match", "perplexity"), "data.task_metric", self.task_metric,
+              "must be rouge, f1, exact_match or perplexity")
+        check(self.synthetic_task in ("summary", "qa", "lm"), "data.synthetic_task", self.synthetic_task,
+              "must be summary, qa or lm")
+        if self.source == "synthetic":
+            check((self.synthetic_task == "lm") == (self.task_metric == "perplexity"), "data.synthetic_task",
+                  self.synthetic_task, "lm goes with data.task_metric=perplexity (documents without references), "
+                  "summary and qa with another metric")
         for split, n in self.expected_docs.items():
             check(split in ("train", "validation", "test"), "data.expected_docs", split,
                   "keys must be train, validation or test")

@@ -250,6 +250,8 @@ def generate(
     if task == "qa":  # answers became the ledger's own sentence (they restated it as summaries do)
         settings["answer"] = "ledger_sentence"
     make_rows = ROW_MAKERS[task]
+    if getattr(make_rows, "version", None):  # a row maker's own version: its text changed, its files are rebuilt
+        settings["rows_version"] = make_rows.version
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     folder = Path(out_dir) / f"synthetic-{key}"
     paths = {}

@@ -121,10 +121,15 @@ def make_lm_document(rng: random.Random, n_words: int, n_facts: int = 12) -> dic
 def lm_rows(split: str, n_docs: int, n_words: int, seed: int = synthetic.DEFAULT_SEED,
             n_events: tuple[int, int] = (12, 12), spread: float = 0.0) -> list[dict[str, Any]]:
     """Rows (``id``, ``input``: the text, ``output``: empty, ``deps``) of one split; ``n_events``' upper end is the
-    number of facts a register binds (the ledgers' setting, reused)."""
+    most facts a register binds (the ledgers' setting, reused)."""
     rng = random.Random(stream_seed(seed, f"lm-{split}"))
-    return [{"id": f"{split}-lm-{i:04d}", **make_lm_document(rng, n, max(3, n_events[1]))}
+    # a fact per WORDS_PER_FACT words (3 at least), so a short document is short: its recalls fit its length
+    return [{"id": f"{split}-lm-{i:04d}", **make_lm_document(rng, n, max(3, min(n_events[1], n // WORDS_PER_FACT)))}
             for i, n in enumerate(synthetic.doc_lengths(split, n_docs, n_words, seed, spread))]
+
+
+WORDS_PER_FACT = 60
+lm_rows.version = 1  # type: ignore[attr-defined]  # bump when the documents' text changes (cached files rebuilt)
 
 
 def dependency_tokens(offsets: list[tuple[int, int]], deps: list[list[int]]) -> list[tuple[int, int]]:

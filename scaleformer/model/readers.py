@@ -42,22 +42,23 @@ from scaleformer.resources import assets_dir, resolve_asset
 class Stage:
     """One pretraining stage: what the examples are and how long to train on them."""
 
-    # "copy" (random tokens), "ledger" (short synthetic ledgers -> their summaries) or "qa" (short
-    # ledgers with a question prepended -> the asked event's sentence)
+    # "copy" (random tokens), "ledger" (short synthetic ledgers -> their summaries), "qa" (short
+    # ledgers with a question prepended -> the asked event's sentence) or "lm" (a causal LM on packed short
+    # long-dependency documents, scaleformer.data.synthetic_lm)
     kind: str
     steps: int
     batch: int
     lr: float
     warmup: int
-    # copy: tokens per sequence; ledger: words per document (inclusive ranges).
+    # copy: tokens per sequence; ledger, lm: words per document (inclusive ranges).
     length: tuple[int, int]
-    events: tuple[int, int] = (1, 9)  # ledger: key events per document
+    events: tuple[int, int] = (1, 9)  # ledger: key events per document; lm: facts per register
 
 
 @dataclass(frozen=True)
 class Recipe:
     name: str
-    arch: str  # "bart" or "t5": the tokenizer flavour and model family
+    arch: str  # "bart", "t5" or "gpt2": the tokenizer flavour and model family
     base: str  # conf/backbone/<base>.yaml: the shapes (model_kwargs) of the tiny backbone it extends
     stages: tuple[Stage, ...]
     seed: int = 20250101
@@ -92,6 +93,12 @@ _BART_SHAPES = {"d_model": 128, "encoder_layers": 3, "decoder_layers": 3, "encod
                 "decoder_attention_heads": 4, "encoder_ffn_dim": 512, "decoder_ffn_dim": 512}
 _T5_SHAPES = {"d_model": 128, "d_kv": 32, "d_ff": 512, "num_layers": 3, "num_decoder_layers": 3, "num_heads": 4}
 
+# The decoder-only reader (MASFormer as its paper runs it): GPT-2's shape with 128 learned positions, pretrained as a
+# causal LM on packed short documents whose facts are mostly recalled in view (the paper's GPT-3 XL: 1,024 positions,
+# the Pile); 6 layers, so that one full layer is the paper's share (l = 4 of 24). The span methods then continue it
+# at 8 x 128 = 1,024 tokens (experiment=masformer_lm).
+_GPT2_SHAPES = {"n_embd": 128, "n_layer": 6, "n_head": 4, "n_inner": 512, "n_positions": 128}
+
 RECIPES = {
     "bart": Recipe("tiny_bart_reader", "bart", "tiny_bart", _stages("bart"), model_kwargs=_BART_SHAPES),
     "t5": Recipe("tiny_t5_reader", "t5", "tiny_t5", _stages("t5"), model_kwargs=_T5_SHAPES),
@@ -108,6 +115,9 @@ RECIPES = {
         Stage("qa", steps=1500, batch=16, lr=5e-4, warmup=30, length=(100, 850), events=(2, 9)),
         Stage("qa", steps=3000, batch=16, lr=3e-4, warmup=30, length=(100, 850), events=(2, 9))),
         model_kwargs=_BART_SHAPES),
+    "gpt2": Recipe("tiny_gpt2_reader", "gpt2", "tiny_gpt2", (
+        Stage("lm", steps=2500, batch=32, lr=2e-3, warmup=50, length=(40, 160), events=(2, 4)),),
+        model_kwargs=_GPT2_SHAPES),
 }
 
 

@@ -100,19 +100,31 @@ _SHOWN = (("rouge1", "R-1"), ("rouge2", "R-2"), ("rougeL", "R-L"), ("rougeLsum",
 _ANSWERS = (("f1", "F1"), ("exact_match", "EM"))
 # Synthetic ledgers only (scaleformer.data.ledger_facts): events stated exactly, and their parts.
 _FACTS = (("fact_recall", "Facts"), ("fact_field_recall", "Fact parts"), ("town_accuracy", "Town"))
+# Language modeling (data.task_metric=perplexity): perplexity and its interval, and of the marked dependencies
+# (all, and those beyond a block) where the data has them.
+_PERPLEXITY = (("ppl", "PPL"), ("ppl_low", "low"), ("ppl_high", "high"), ("dependency.ppl", "dep PPL"),
+               ("dependency_beyond_block.ppl", "far PPL"))
+
+
+def _value(scores: dict[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        scores = scores.get(part) if isinstance(scores, dict) else None
+    return scores
 
 
 def summary_table(result: dict[str, Any], out_dir: Path) -> str:
     """A short table of the headline numbers, then where the files are."""
     m = result["method"]
     splits = result["splits"].values()
-    shown = [*_SHOWN, *(_ANSWERS if any("f1" in s for s in splits) else ()),
-             *(_FACTS if any("fact_recall" in s for s in splits) else ())]
+    shown = list(_PERPLEXITY) if any("ppl" in s for s in splits) else \
+        [*_SHOWN, *(_ANSWERS if any("f1" in s for s in splits) else ()),
+         *(_FACTS if any("fact_recall" in s for s in splits) else ())]
     header = f"{'split':<12}{'n':>6}" + "".join(f"{label:>11}" for _, label in shown)
     lines = ["", f"run {result['run_id']}  ({m['option']}, {result['backbone']['name']}, {result['data']['name']}; "
              f"step {result['step']}, {result['wall_time_s']:.0f} s)", header]
     for split, s in result["splits"].items():
-        vals = "".join(f"{s[k]:>11.2f}" if isinstance(s.get(k), int | float) else f"{'-':>11}" for k, _ in shown)
+        vals = "".join(f"{_value(s, k):>11.2f}" if isinstance(_value(s, k), int | float) else f"{'-':>11}"
+                       for k, _ in shown)
         lines.append(f"{split:<12}{s['n_examples']:>6}{vals}")
     lines.append(f"results: {out_dir}")
     return "\n".join(lines)

@@ -119,10 +119,15 @@ def evaluation_identity(rc: RunConfig) -> dict[str, Any]:
 def _metrics_identity(metrics: dict[str, Any] | None) -> dict[str, Any] | None:
     """The metrics settings that change scores: a disabled BERTScore's model changes none, so it is recorded at
     the default it had before the default became ``offline`` (evaluations made then keep their names)."""
+    if metrics is not None:  # perplexity's settings, added later: at their defaults out (folders keep their names)
+        metrics = {k: v for k, v in metrics.items() if k not in METRICS_ADDED_LATER or v != METRICS_ADDED_LATER[k]}
     bs = (metrics or {}).get("bertscore") or {}
     if metrics is None or bs.get("enabled", True) or bs.get("model_type") != "offline":
         return metrics
     return {**metrics, "bertscore": {**bs, "model_type": "auto"}}
+
+
+METRICS_ADDED_LATER = {"perplexity_bucket": 1024, "dependency_block": 1024}
 
 
 def training_hash(rc: RunConfig) -> str:

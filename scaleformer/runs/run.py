@@ -45,6 +45,7 @@ from scaleformer.runs.console import count_parameters, log_to_file, quiet, summa
 from scaleformer.runs.context import RunConfig, RunContext, to_config, validation_record
 from scaleformer.runs.cost import CostProbe
 from scaleformer.runs.cost_schedule import settings
+from scaleformer.runs.lm_run import execute_lm
 from scaleformer.runs.memory import resolve_checkpointing, resolve_eval_batch, resolve_micro_batch
 from scaleformer.runs.module import SummarizationModule
 from scaleformer.runs.results import Results, leaderboard_file
@@ -60,8 +61,7 @@ def run(cfg: Any, checked: Any = None) -> dict[str, Any]:
     On global rank 0 only; other ranks of a distributed run return an empty dict. ``checked``: the
     command's own :func:`~scaleformer.runs.context.check_groups` of ``cfg``, not repeated.
     """
-    started = time.time()
-    package_commit()  # the checkout's commit as this process starts its first run (cached: what it loaded)
+    started, _ = time.time(), package_commit()  # the checkout's commit as this process starts its first run
     quiet()
     reset_notices()  # a multirun's runs each say once which BERTScore model they used
     ctx = RunContext.create(to_config(cfg, checked), started)  # every key, type and range, before anything heavy
@@ -82,7 +82,7 @@ def run(cfg: Any, checked: Any = None) -> dict[str, Any]:
         with runtime.run_lock(ctx.run_dir), log_to_file(ctx.run_dir / "train.log", enabled=runtime.is_rank_zero()):
             try:
                 ckpt = claim_run_folder(ctx, ckpt)
-                result = _execute(ctx, ckpt, attempt)
+                result = (execute_lm if rc.data.task_metric == "perplexity" else _execute)(ctx, ckpt, attempt)
             except BaseException as e:
                 if not attempt.leaves_nothing(e):
                     record_failure(ctx.run_dir, e)

@@ -1,0 +1,137 @@
+"""Documents for causal language modeling: packed training sequences and whole evaluation documents.
+
+MASFormer continues a pretrained causal LM on sequences of ``n`` tokens (section 4.1: 8,192) and reports the
+perplexity of held-out documents. So:
+
+- **training**: every training document, wrapped in the tokenizer's document specials (``<s> ... </s>``), joined
+  into one stream in a fixed seeded order and cut into rows of ``n`` tokens (the tail shorter than ``n`` is left
+  out and counted). A row may hold the end of one document and the start of the next, which reads across the
+  boundary, as GPT-style continual training does. Rows are drawn by the seeded, resumable sampler of the
+  summarization runs, so a continued run sees the rows an uninterrupted one would.
+- **evaluation**: each document alone, cut to its first ``n`` tokens (the window the model was trained on), in
+  batches padded on the right. Marked dependencies (:mod:`scaleformer.data.synthetic_lm`) travel as (token,
+  antecedent token) pairs inside the cut.
+
+Rows come from the same sources as summarization (synthetic, local files, the hub), the text from
+``data.input_field``. Tokenized in memory: what the tiny and smoke profiles need; a Pile-scale corpus is
+tokenized ahead, into shards, by its own loader.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from scaleformer.config import DataConfig
+from scaleformer.data.errors import DataError
+from scaleformer.data.sampler import ResumableSampler
+from scaleformer.data.sources import configured_roles, make_source
+from scaleformer.data.synthetic_lm import dependency_tokens
+
+
+@dataclass
+class Document:
+    id: str
+    ids: np.ndarray  # [tokens] int64, the document specials included
+    deps: list[tuple[int, int]] = field(default_factory=list)  # (token, antecedent token) of marked values
+
+
+class LanguageModelingData:
+    """The splits of ``cfg`` as documents; ``length``: the sequence the model reads (``method.max_length``)."""
+
+    def __init__(self, cfg: DataConfig, tokenizer: Any, length: int, *, seed: int = 42) -> None:
+        if length < 2:
+            raise DataError(f"method.max_length={length}: a language-model sequence needs at least 2 tokens")
+        self.cfg, self.tokenizer, self.length, self.seed = cfg, tokenizer, length, seed
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.docs: dict[str, list[Document]] = {}
+        self.packed: torch.Tensor | None = None  # [rows, length]
+        self.dropped_tokens = 0
+
+    def setup(self) -> None:
+        source = make_source(self.cfg)
+        source.check()
+        for role in configured_roles(self.cfg):
+            self.docs[role] = self._read(source, role)
+        if self.docs.get("train"):
+            self.packed = self._pack(self.docs["train"])
+
+    def _read(self, source: Any, role: str) -> list[Document]:
+        raw = source.rows(role)
+        cap = self.cfg.max_train_examples if role == "train" else self.cfg.max_eval_examples
+        texts, ids, deps = [], [], []
+        for n, (where, row) in enumerate(raw.records):
+            if cap is not None and n >= cap:
+                break
+            text = row.get(self.cfg.input_field)
+            if not isinstance(text, str):
+                raise DataError(f"{raw.where} {where}: field {self.cfg.input_field!r} (data.input_field) is "
+                                f"{type(text).__name__}, not text")
+            texts.append(text)
+            ids.append(str(row.get(self.cfg.id_field) if self.cfg.id_field else f"{raw.id_stem}-{n}"))
+            deps.append(row.get("deps") or [])
+        if not texts:
+            return []
+        enc = self.tokenizer(texts, return_offsets_mapping=True)
+        out = []
+        for i, text_ids in enumerate(enc["input_ids"]):
+            pairs = dependency_tokens([tuple(o) for o in enc["offset_mapping"][i]], deps[i]) if deps[i] else []
+            out.append(Document(ids[i], np.asarray(text_ids, dtype=np.int64), pairs))
+        return out
+
+    def _pack(self, docs: list[Document]) -> torch.Tensor:
+        order = list(range(len(docs)))
+        random.Random(self.seed).shuffle(order)
+        stream = np.concatenate([docs[i].ids for i in order])
+        rows = len(stream) // self.length
+        if rows == 0:
+            raise DataError(f"data={self.cfg.name}: the training documents hold {len(stream)} tokens, fewer than "
+                            f"one sequence of method.max_length={self.length}")
+        self.dropped_tokens = len(stream) - rows * self.length
+        return torch.from_numpy(stream[: rows * self.length].reshape(rows, self.length))  # [rows, n]
+
+    # ---------------------------------------------------------------------------------------- loaders
+    def has_split(self, role: str) -> bool:
+        return bool(self.docs.get(role))
+
+    def train_dataloader(self) -> DataLoader:
+        assert self.packed is not None, "setup() first, with a train split"
+        packed = self.packed
+        return DataLoader(range(len(packed)), batch_size=self.cfg.batch_size,
+                          sampler=ResumableSampler(len(packed), self.seed), num_workers=self.cfg.num_workers,
+                          collate_fn=lambda idx: {"input_ids": packed[list(idx)]}, drop_last=False)
+
+    def dataloader(self, role: str, first: int | None = None) -> DataLoader:
+        """The documents of ``role`` (the first ``first``), each cut to ``length``, padded on the right."""
+        docs = self.docs[role][:first] if first is not None else self.docs[role]
+        size = self.cfg.eval_batch_size or self.cfg.batch_size
+        return DataLoader(list(range(len(docs))), batch_size=size, shuffle=False,
+                          collate_fn=lambda idx: self._eval_batch([docs[i] for i in idx]))
+
+    def _eval_batch(self, docs: list[Document]) -> dict[str, Any]:
+        cut = [d.ids[: self.length] for d in docs]
+        width = max(len(c) for c in cut)
+        ids = torch.full((len(cut), width), self.pad_id, dtype=torch.long)  # [B, N]
+        mask = torch.zeros(len(cut), width, dtype=torch.long)
+        for i, c in enumerate(cut):
+            ids[i, : len(c)] = torch.from_numpy(c)
+            mask[i, : len(c)] = 1
+        return {"input_ids": ids, "attention_mask": mask, "ids": [d.id for d in docs],
+                "deps": [[(t, a) for t, a in d.deps if t < self.length] for d in docs]}
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for role, docs in self.docs.items():
+            lengths = [len(d.ids) for d in docs]
+            out[role] = {"n_examples": len(docs), "n_ids": len(docs), "tokens": int(sum(lengths)),
+                         "mean_tokens": round(float(np.mean(lengths)), 1) if lengths else 0,
+                         "max_tokens": int(max(lengths, default=0)),
+                         "cut_at": self.length, "n_cut": sum(n > self.length for n in lengths)}
+        if self.packed is not None:
+            out["train"] |= {"packed_rows": int(self.packed.shape[0]), "dropped_tokens": int(self.dropped_tokens)}
+        return out

@@ -1,0 +1,127 @@
+"""The LightningModule of causal language modeling: MASFormer's continual training and its perplexity.
+
+The backbone is a decoder-only model whose layers the method has routed to their spans (``method.wrap``, the
+same object the Auto class and the benchmark run); this module owns the objective: the next-token loss over
+packed sequences in training, and per-document sums of the negative log-likelihood for perplexity
+(:mod:`scaleformer.metrics.perplexity`). Optimiser, schedule, clipping and the non-finite stop are the
+summarization module's (:class:`~scaleformer.runs.optimization.OptimizedModule`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from scaleformer.config import OptimConfig
+from scaleformer.methods.base import Method
+from scaleformer.model.backbone import build_model, prepare
+from scaleformer.runs.checkpoints import META_KEY
+from scaleformer.runs.context import to_config
+from scaleformer.runs.optimization import OptimizedModule
+
+log = logging.getLogger("scaleformer")
+
+
+def token_nll(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Negative log-likelihood of each next token, fp32: ``logits [B, N, V]``, ``ids [B, N]`` -> ``[B, N - 1]``
+    (position t scores token t + 1; 0 where ``mask`` says the token is padding)."""
+    nll = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), ids[:, 1:], reduction="none")  # [B, N-1]
+    return nll if mask is None else nll * mask[:, 1:].to(nll.dtype)
+
+
+class LanguageModelModule(OptimizedModule):
+    """Continual training of a causal LM through a span method, and its per-document likelihoods.
+
+    Built by a run from its parts, or from the run's resolved config alone (``run_config``, the checkpoint's
+    hyperparameters), which rebuilds the backbone, routes it by the method, then loads the trained weights.
+    """
+
+    def __init__(self, model: torch.nn.Module | None = None, method: Method | None = None, tokenizer: Any = None,
+                 optim: OptimConfig | None = None, meta: dict[str, Any] | None = None,
+                 run_config: dict[str, Any] | None = None, dependency_block: int = 1024) -> None:
+        super().__init__()
+        if model is None:
+            if run_config is None:
+                raise ValueError("LanguageModelModule needs its parts (model, method, tokenizer) or run_config")
+            from omegaconf import OmegaConf
+
+            rc = to_config(OmegaConf.create(run_config))
+            ready = prepare(rc.backbone, rc.method)
+            model, method, tokenizer, optim = build_model(rc.backbone, ready.conf, weights=False), ready.method, \
+                ready.tokenizer, rc.optim
+            method.wrap(model)
+            dependency_block = rc.metrics.dependency_block
+        if run_config is not None:
+            self.save_hyperparameters({"run_config": run_config})
+        # "lm.": its weights' names say which objective wrote them (a summarization checkpoint's are "model.")
+        self.lm, self.method, self.tokenizer = model, method, tokenizer
+        self.optim_cfg = optim or OptimConfig()
+        self.meta = meta or {}
+        self.dependency_block = dependency_block
+        self.val_rows: list[dict[str, Any]] = []
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The routed causal LM (what the shared optimiser reads)."""
+        return self.lm
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.check_finite()  # never a checkpoint of diverged weights
+        checkpoint[META_KEY] = self.meta
+
+    def forward(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The mean next-token loss over the batch's real tokens."""
+        ids, mask = batch["input_ids"], batch.get("attention_mask")
+        logits = self.model(input_ids=ids, attention_mask=mask).logits  # [B, N, V]
+        nll = token_nll(logits, ids, mask)  # [B, N-1]
+        count = mask[:, 1:].sum() if mask is not None else torch.tensor(nll.numel(), device=nll.device)
+        return nll.sum() / count.clamp(min=1)
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        loss = self(batch)
+        if self._log_due():
+            self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
+        self._watch(loss.detach(), batch_idx)
+        return loss
+
+    @torch.no_grad()
+    def score(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
+        """Per document: summed NLL over its predicted tokens and their count, its length; and the same over its
+        marked dependency tokens, all of them and those whose antecedent lies before their block."""
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        nll = token_nll(self.model(input_ids=ids, attention_mask=mask).logits, ids, mask)  # [B, N-1]
+        lengths = mask.sum(1)
+        sums, rows = nll.sum(1).tolist(), []
+        b = self.dependency_block
+        for i, doc in enumerate(batch["ids"]):
+            n = int(lengths[i])
+            row = {"id": doc, "nll": sums[i], "tokens": n - 1, "length": n}
+            deps = [(t, a) for t, a in batch["deps"][i] if 1 <= t < n]
+            if deps:
+                dep = nll[i, [t - 1 for t, _ in deps]]  # token t is scored at position t - 1
+                far = torch.tensor([a < t // b * b for t, a in deps], device=dep.device)
+                row |= {"dep_nll": float(dep.sum()), "dep_tokens": len(deps),
+                        "far_nll": float(dep[far].sum()), "far_tokens": int(far.sum())}
+            rows.append(row)
+        return rows
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self.val_rows.extend(self.score(batch))
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> list[dict[str, Any]]:
+        return self.score(batch)
+
+    def on_validation_epoch_start(self) -> None:
+        self.check_finite()
+        self.val_rows = []
+
+    def on_validation_epoch_end(self) -> None:
+        tokens = sum(r["tokens"] for r in self.val_rows)
+        if tokens:
+            loss = sum(r["nll"] for r in self.val_rows) / tokens
+            self.log("val/loss", loss, prog_bar=True)
+            self.log("val/ppl", math.exp(loss))
