@@ -37,7 +37,8 @@ def test_pip_install_then_train_and_summarize_from_an_empty_directory(tmp_path):
                                cwd=work, env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert str(venv) in installed and str(ROOT) not in installed, "the installed package ran, not the checkout"
     readers = Path(installed).parent / "assets" / "readers"  # each shipped reader with its tokenizer files
-    assert all((readers / r / f).is_file() for r in ("tiny_bart_reader", "tiny_t5_reader", "tiny_bart_qa_reader")
+    assert all((readers / r / f).is_file() for r in ("tiny_bart_reader", "tiny_t5_reader", "tiny_bart_qa_reader",
+                                                                     "tiny_gpt2_reader")
                for f in ("model.safetensors", "tokenizer.json", "tokenizer_config.json"))
     doc = work / "doc.txt"
     doc.write_text("On day 3, Mara Quill repaired 17 lanterns at Harbor Gate. " * 40)

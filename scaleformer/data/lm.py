@@ -19,6 +19,7 @@ tokenized ahead, into shards, by its own loader.
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,8 @@ from scaleformer.data.errors import DataError
 from scaleformer.data.sampler import ResumableSampler
 from scaleformer.data.sources import configured_roles, make_source
 from scaleformer.data.synthetic_lm import dependency_tokens
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -89,9 +92,11 @@ class LanguageModelingData:
         random.Random(self.seed).shuffle(order)
         stream = np.concatenate([docs[i].ids for i in order])
         rows = len(stream) // self.length
-        if rows == 0:
-            raise DataError(f"data={self.cfg.name}: the training documents hold {len(stream)} tokens, fewer than "
-                            f"one sequence of method.max_length={self.length}")
+        if rows == 0:  # a sliver of data (debug=default): one shorter sequence rather than none
+            log.warning("data=%s: the training documents hold %d tokens, fewer than one sequence of "
+                        "method.max_length=%d: training reads one sequence of %d", self.cfg.name, len(stream),
+                        self.length, len(stream))
+            return torch.from_numpy(stream)[None]  # [1, tokens]
         self.dropped_tokens = len(stream) - rows * self.length
         return torch.from_numpy(stream[: rows * self.length].reshape(rows, self.length))  # [rows, n]
 

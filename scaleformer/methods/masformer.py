@@ -108,7 +108,7 @@ class SpanMethod(Method):
             return None
         if not self.sized:
             raise ConfigError(f"method.cost={c.cost}: {c.name}'s cost is fixed by n and the layers; set no cost")
-        block = getattr(c, "block_size", 1)
+        block = self.setting("block_size") if hasattr(c, "block_size") else 1
         if self.sized == "full_layers" and block >= c.max_length:
             raise ConfigError(f"method.block_size={block}: must be below method.max_length={c.max_length} to "
                               "derive full_layers from a cost")
@@ -120,7 +120,7 @@ class SpanMethod(Method):
         """The span size setting in force: the one ``cost`` derives, or the one set."""
         got = self.budget(n_layers)
         if got is None:
-            return int(getattr(self.cfg, self.sized))
+            return self.setting(self.sized)
         value = round(got)
         low = 0 if self.sized == "full_layers" else 1
         high = n_layers if self.sized == "full_layers" else self.cfg.max_length
@@ -128,6 +128,15 @@ class SpanMethod(Method):
               f"gives {self.sized}={got:.2f} on {n_layers} layers at n={self.cfg.max_length}; it must round into "
               f"[{low}, {high}]")
         return value
+
+    def setting(self, key: str) -> int:
+        """A size setting as set, or where it is null the backbone's: blocks of its pretrained positions (the
+        paper's m), a window of half of them."""
+        value = getattr(self.cfg, key)
+        if value is not None:
+            return int(value)
+        positions = int(self.spec.max_positions)
+        return positions // 2 if key == "window" else positions
 
     def layer_spans(self, n_layers: int) -> list[Span]:
         """:meth:`spans` as the model runs them: causal on a decoder-only backbone."""
@@ -228,7 +237,7 @@ class SpanMethod(Method):
     def describe(self) -> dict[str, Any]:
         at_max = self.attention_cost(self.cfg.max_length) if self.n_layers else None
         mean = round(self._eval_cost / self._eval_docs) if self._eval_docs else None
-        out = asdict(self.cfg)
+        out = asdict(self.cfg) | {k: self.setting(k) for k in ("block_size", "window") if hasattr(self.cfg, k)}
         if self.n_layers and self.sized:
             out |= {self.sized: self.size(self.n_layers), f"{self.sized}_from_cost": self.budget(self.n_layers)}
         return out | {
@@ -254,8 +263,9 @@ class MasformerConfig(SpanConfig):
     # l: layers with full attention. The paper's main setting is l=4 of 24 layers (1/6); 1 keeps that share
     # on 6-layer BART-base and fits the 2-layer tiny backbones.
     full_layers: int = 1
-    # b: block size of the other layers (the paper's m=1024, also BART's pretrained window).
-    block_size: int = 1024
+    # b: block size of the other layers; null: the backbone's pretrained positions (the paper's m = 1,024, GPT-3 XL's
+    # context; BART-base's window too).
+    block_size: int | None = None
     # Where the full layers sit: bottom (the paper's choice: long-range signals help most there), middle or
     # top (its section 4.3 ablation).
     placement: str = "bottom"
@@ -263,7 +273,7 @@ class MasformerConfig(SpanConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.full_layers >= 0, "method.full_layers", self.full_layers, "must be >= 0")
-        check(self.block_size > 0, "method.block_size", self.block_size, "must be > 0")
+        check(self.block_size is None or self.block_size > 0, "method.block_size", self.block_size, "must be > 0")
         check(self.placement in PLACEMENTS, "method.placement", self.placement, f"must be one of {', '.join(PLACEMENTS)}")
 
 
@@ -291,18 +301,18 @@ class Masformer(SpanMethod):
         check(full <= n_layers, "method.full_layers", full,
               f"must be <= the {'model' if self.causal else 'encoder'}'s {n_layers} layers")
         ids = full_layer_ids(n_layers, full, c.placement)
-        return [Span("full") if i in ids else Span("block", c.block_size) for i in range(n_layers)]
+        return [Span("full") if i in ids else Span("block", self.setting("block_size")) for i in range(n_layers)]
 
 
 @dataclass
 class BlockAttentionConfig(SpanConfig):
     name: str = "block_attention"
-    # b: tokens per block; each token attends within its block only.
-    block_size: int = 1024
+    # b: tokens per block; each token attends within its block only. null: the backbone's pretrained positions.
+    block_size: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.block_size > 0, "method.block_size", self.block_size, "must be > 0")
+        check(self.block_size is None or self.block_size > 0, "method.block_size", self.block_size, "must be > 0")
 
 
 class BlockAttention(SpanMethod):
@@ -321,13 +331,13 @@ class BlockAttention(SpanMethod):
 @dataclass
 class SlidingWindowConfig(SpanConfig):
     name: str = "sliding_window"
-    # w: tokens attended on each side. 512 matches block attention of b=1024 in cost, as the paper
-    # pairs Window(w) with Block(b=2w).
-    window: int = 512
+    # w: tokens attended on each side; null: half the backbone's pretrained positions (512 on BART-base), matching
+    # block attention of b = those positions in cost, as the paper pairs Window(w) with Block(b = 2w).
+    window: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.window > 0, "method.window", self.window, "must be > 0")
+        check(self.window is None or self.window > 0, "method.window", self.window, "must be > 0")
 
 
 class SlidingWindow(SpanMethod):

@@ -61,6 +61,26 @@ def test_question_batches_are_the_rows_every_method_builds_from_a_query_prefix()
         assert answer.startswith(f"On day {day}, ") and answer in document
 
 
+def test_the_decoder_only_recipe_pretrains_a_causal_lm_on_packed_long_dependency_documents(tmp_path):
+    import random
+
+    from transformers import AutoModelForCausalLM
+
+    from scaleformer.model.tokenizer import load_offline_tokenizer
+
+    stage = reader.Stage("lm", steps=2, batch=2, lr=1e-3, warmup=1, length=(40, 60), events=(2, 3))
+    micro = reader.Recipe("micro_lm_reader", "gpt2", "tiny_gpt2", (stage,),
+                          model_kwargs={"n_embd": 32, "n_layer": 2, "n_inner": 64, "n_positions": 32})
+    tok = load_offline_tokenizer("gpt2")
+    batch = pretrain._lm_batch(stage, tok, random.Random(1), 32)
+    assert batch["input_ids"].shape == (2, 32) and torch.equal(batch["labels"], batch["input_ids"])
+    assert tok.decode(batch["input_ids"][0]).startswith("<s>")  # a row starts where a document does
+    info = pretrain.pretrain(micro, tmp_path / "lm", log=lambda *_: None)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "lm")
+    assert info["stages"][0]["kind"] == "lm" and model.config.n_positions == 32
+    assert info["recipe"]["model_kwargs"]["n_layer"] == model.config.n_layer == 2
+
+
 @pytest.mark.parametrize("arch", sorted(reader.RECIPES))
 def test_shipped_weights_come_from_the_recipe_in_the_code(arch):
     recipe = reader.RECIPES[arch]
