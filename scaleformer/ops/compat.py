@@ -12,23 +12,19 @@ stops at start-up with one line naming the installed version and the tested rang
 
 Every place the project touches a dependency's internals (all behind this module):
 
-- transformers: ``BartAttention`` / ``T5Attention`` forward, subclassed by the beam-shared classes
-  (``decoding``, speed-only) and the retrieval layers (``retrieval``, required by unlimiformer and
-  memorizing), calls bound by name, classes swapped in place; the ``EncoderDecoderCache`` /
-  ``DynamicCache`` layout, ``generate``'s cache keyword (:func:`cache_kwarg`, :func:`dynamic_cache`),
-  ``StaticCache(config, max_cache_len)`` (:func:`static_cache`, ``static_decoding``, speed-only);
-  ``ALL_ATTENTION_FUNCTIONS``, ``AttentionInterface``, BART/T5 ``eager_attention_forward``
-  (:func:`attention_function`, :func:`register_attention`), ``config._attn_implementation``
-  (:func:`attn_impl`); ``BartEncoderLayer`` / ``T5Block`` calls and submodules: the kept-positions
-  last layer (``kept_layer``, speed-only) and MASFormer's per-layer encoder (``attention``, required
-  by the span methods) with ``create_bidirectional_mask`` (:func:`bidirectional_mask`),
-  ``T5Attention.compute_bias`` (:func:`t5_bias`), ``BartLearnedPositionalEmbedding``;
-  ``activation_checkpointing_enable`` (``gradient_checkpointing_enable`` before 5.23).
-- Lightning: ``tqdm_progress._update_n`` (:func:`set_progress`), ``Trainer.fit(weights_only=...)``
-  (:func:`fit_kwargs`), ``TorchCheckpointIO`` hooks (``checkpoints.py``), ``MisconfigurationException``.
-- torch: public API (``torch.load(weights_only, mmap)``, ``checkpoint(use_reentrant=False)``,
-  ``register_forward_pre_hook(with_kwargs=True)``, ``scaled_dot_product_attention``, ``untyped_storage``,
-  ``FlopCounterMode``), plus the CPU attention kernels' op names, whose FLOPs :func:`flop_counter` adds.
+- transformers: ``BartAttention`` / ``T5Attention`` forward, subclassed by the beam-shared classes (``decoding``,
+  speed-only) and the retrieval layers (``retrieval``, required by unlimiformer and memorizing), calls bound by name,
+  classes swapped in place; the ``EncoderDecoderCache`` / ``DynamicCache`` layout and ``crop`` (:func:`crop_cache`),
+  ``generate``'s cache keyword (:func:`cache_kwarg`, :func:`dynamic_cache`), ``StaticCache`` (:func:`static_cache`);
+  ``ALL_ATTENTION_FUNCTIONS``, ``AttentionInterface``, BART/T5 ``eager_attention_forward`` (:func:`attention_function`,
+  :func:`register_attention`), ``config._attn_implementation`` (:func:`attn_impl`); ``BartEncoderLayer`` / ``T5Block``
+  calls: the kept-positions last layer (``kept_layer``, speed-only) and MASFormer's per-layer encoder (required by
+  the span methods) with ``create_bidirectional_mask``, ``T5Attention.compute_bias`` (:func:`t5_bias`),
+  ``BartLearnedPositionalEmbedding``; ``activation_checkpointing_enable`` (``gradient_checkpointing_enable`` < 5.23).
+- Lightning: ``tqdm_progress._update_n`` (:func:`set_progress`), ``Trainer.fit(weights_only=...)`` (:func:`fit_kwargs`),
+  ``TorchCheckpointIO`` hooks (``checkpoints.py``), ``MisconfigurationException``. torch: public API (``torch.load``,
+  ``checkpoint``, forward pre-hooks, ``scaled_dot_product_attention``, ``untyped_storage``, ``FlopCounterMode``) and
+  the CPU attention kernels' op names (:func:`flop_counter`).
 """
 
 from __future__ import annotations
@@ -121,6 +117,14 @@ def set_attn_impl(config: Any, impl: str) -> None:  # on a module's own copy of 
     config._attn_implementation = impl
 
 
+def crop_cache(cache: Any, length: int) -> None:  # 5.17's crop takes the length; 5.24 refuses it (-tokens to remove)
+    if (have := cache.get_seq_length()) > length:
+        try:
+            cache.crop(length)
+        except ValueError:
+            cache.crop(length - have)
+
+
 def dynamic_cache(config: Any = None) -> Any:
     """An empty ``DynamicCache`` (for ``config``'s layer types where the release takes a config)."""
     if config is not None and "config" in (parameters(DynamicCache.__init__) or {}):
@@ -129,14 +133,11 @@ def dynamic_cache(config: Any = None) -> Any:
 
 
 def static_cache(config: Any, max_cache_len: int) -> Any:
-    """An empty ``StaticCache`` of ``max_cache_len`` positions per layer for ``config``'s decoder (lazily
-    allocated at its first update, so any batch), or None where the release has none that is sized so."""
+    """An empty ``StaticCache`` of ``max_cache_len`` positions a layer (allocated at its first update), or None."""
     if isinstance(StaticCache, type) and issubclass(StaticCache, Missing):
         return None
     names = call_names(StaticCache.__init__, ("config", "max_cache_len"))
-    if names is None:
-        return None
-    return StaticCache(**{names["config"]: config, names["max_cache_len"]: max_cache_len})
+    return None if names is None else StaticCache(**{names["config"]: config, names["max_cache_len"]: max_cache_len})
 
 
 # transformers' registry, looked up once: an import inside a decoding step would break its compiled graph
@@ -219,10 +220,9 @@ def flop_counter() -> Any:
 
 
 def stance(name: str = "force_eager", **options: Any) -> contextlib.AbstractContextManager:
-    """``torch.compiler.set_stance`` inside where this torch has it with ``options`` (else nothing). ``force_eager``:
-    compiled modules run eagerly, compiling at their next call outside (a dispatch mode, the FLOP counter, at a
-    compiled module's first call makes dynamo skip that code for good); ``skip_guard_eval_unsafe``: guards run only
-    to tell cached graphs apart (a loop's later calls)."""
+    """``torch.compiler.set_stance`` inside where this torch has it (else nothing). ``force_eager``: compiled modules run
+    eagerly (a dispatch mode at a compiled module's first call makes dynamo skip that code for good);
+    ``skip_guard_eval_unsafe``: guards only tell cached graphs apart (a loop's later calls)."""
     set_stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
     usable = set_stance is not None and all(k in (parameters(set_stance) or {}) for k in options)
     return set_stance(name, **options) if usable else contextlib.nullcontext()
@@ -230,9 +230,8 @@ def stance(name: str = "force_eager", **options: Any) -> contextlib.AbstractCont
 
 @contextlib.contextmanager
 def eager_calls(modules: Iterable[nn.Module]) -> Iterator[None]:
-    """Modules that ``nn.Module.compile`` compiled are called eagerly inside (their compiled call set aside,
-    then restored), the rest of the process's compiled code untouched: a decoder compiled for training
-    decodes eagerly, where every step would bring a new cache length to compile for."""
+    """Modules ``nn.Module.compile`` compiled are called eagerly inside (the rest untouched): a decoder compiled for
+    training decodes eagerly, where every step would bring a new cache length to compile for."""
     kept = [(m, m._compiled_call_impl) for m in modules if getattr(m, "_compiled_call_impl", None) is not None]
     for m, _ in kept:
         m._compiled_call_impl = None

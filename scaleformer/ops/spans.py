@@ -188,8 +188,8 @@ class Block(SpanKind):
         b, h, n, _ = query.shape
         nb = -(-n // size)
 
-        def blocks(x: torch.Tensor) -> torch.Tensor:  # [B, H, N, e] -> [B, H * nb, b, e]
-            return F.pad(x, (0, 0, 0, nb * size - n)).reshape(b, h * nb, size, x.shape[-1])
+        def blocks(x: torch.Tensor) -> torch.Tensor:  # [B, H, N, e] -> [B, H * nb, b, e]; a view where b divides N
+            return (F.pad(x, (0, 0, 0, nb * size - n)) if nb * size > n else x).reshape(b, h * nb, size, x.shape[-1])
 
         out = F.scaled_dot_product_attention(blocks(query), blocks(key), blocks(value), dropout_p=dropout,
                                              is_causal=True, scale=scaling)  # [B, H * nb, b, dv]
