@@ -17,7 +17,8 @@ PLACEHOLDER = re.compile(r"\.\.\.|\bDIR\b|\bPATH\b|[|:]")
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
 # What a span's paragraph says it goes with (the option or key it is an option of).
 CONTEXT = {"generation.compile=true": ["generation.static_cache=true"], "method.keep_rule=sled": ["method=sled"],
-           "logger.wandb.log_model=true": ["logger=wandb"], "logger.wandb.offline=false": ["logger=wandb"]}
+           "logger.wandb.log_model=true": ["logger=wandb"], "logger.wandb.offline=false": ["logger=wandb"],
+           "method.cost=2500000": ["experiment=masformer_lm"], "data.task_metric=perplexity": ["data=synthetic_lm"]}
 
 
 def spans() -> list[tuple[str, str]]:

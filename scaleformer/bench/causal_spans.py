@@ -25,10 +25,15 @@ from typing import Any
 
 import torch
 
+from scaleformer.compose import compose_config
 from scaleformer.io import atomic_write_json, atomic_write_text
+from scaleformer.model.backbone import build_model, prepare
 from scaleformer.ops import compat
 from scaleformer.ops.measure import MemoryProbe, matmul_peak, measure
+from scaleformer.ops.span_cost import layer_cost
 from scaleformer.ops.spans import Span
+from scaleformer.runs.context import to_config
+from scaleformer.runs.runtime import machine
 
 CPU = torch.device("cpu")
 # (label, span) at the paper's n = 8,192: its baselines' sizes (Table 1: blocks of 1,024 and 2,048; windows of
@@ -52,8 +57,6 @@ def _timed(fn: Any, repeats: int) -> dict[str, Any]:
 
 def layer_attention(n: int, repeats: int, heads: int = 16, dh: int = 128) -> list[dict[str, Any]]:
     """Forward + backward of one layer's causal attention per pattern, ``[1, heads, n, dh]`` fp32."""
-    from scaleformer.ops.span_cost import layer_cost
-
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, heads, n, dh, generator=g).requires_grad_() for _ in range(3))
     rows = []
@@ -76,10 +79,6 @@ def reader_steps(n: int, repeats: int, batch: int = 4) -> list[dict[str, Any]]:
 
 
 def _reader_row(label: str, option: str, settings: dict[str, Any], ids: torch.Tensor, repeats: int) -> dict[str, Any]:
-    from scaleformer.compose import compose_config
-    from scaleformer.model.backbone import build_model, prepare
-    from scaleformer.runs.context import to_config
-
     batch, n = ids.shape
     rc = to_config(compose_config(["experiment=masformer_lm", f"method={option}", f"method.max_length={n}",
                                    *(f"method.{k}={v}" for k, v in settings.items())]))
@@ -155,8 +154,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reader-n", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=10)
     args = ap.parse_args(argv)
-    from scaleformer.runs.runtime import machine
-
     peak = matmul_peak(CPU, torch.float32)
     layer = layer_attention(args.n, args.repeats)
     by = {r["pattern"]: r for r in layer}

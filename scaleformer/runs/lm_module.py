@@ -81,13 +81,6 @@ class LanguageModelModule(OptimizedModule):
         count = mask[:, 1:].sum() if mask is not None else torch.tensor(nll.numel(), device=nll.device)
         return nll.sum() / count.clamp(min=1)
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        loss = self(batch)
-        if self._log_due():
-            self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
-        self._watch(loss.detach(), batch_idx)
-        return loss
-
     @torch.no_grad()
     def score(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
         """Per document: summed NLL over its predicted tokens and their count, its length; and the same over its

@@ -86,13 +86,6 @@ class SummarizationModule(OptimizedModule):
                              attention_mask=batch["attention_mask"], prefix_ids=batch.get("prefix_ids"),
                              prefix_mask=batch.get("prefix_mask"))
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        loss = self(batch)
-        if self._log_due():
-            self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
-        self._watch(loss.detach(), batch_idx)
-        return loss
-
     def on_validation_start(self) -> None:
         """What this validation computes (``trainer.validation`` of the run's config; a module built without one
         validates as the paper does): ``greedy`` decodes with 1 beam and its token cap until it ends."""
