@@ -158,7 +158,7 @@ CASES = [
     Bad("data-source", config("data.source=ftp"), r"^data\.source='ftp': must be one of hub, local, synthetic$"),
     Bad("local-without-path", config("data=local"), r"^data\.path=None: required when data\.source=local$"),
     Bad("workers", config("data.num_workers=-1"), r"^data\.num_workers=-1: must be >= 0$"),
-    Bad("random-arch", config("backbone.arch=gpt"), r"^backbone\.arch='gpt': must be 'bart' or 't5'"),
+    Bad("random-arch", config("backbone.arch=gpt"), r"^backbone\.arch='gpt': must be 'bart', 't5' or 'gpt2'"),
     Bad("positions-zero", config("backbone.max_positions=0"), r"^backbone\.max_positions=0: must be > 0$"),
     Bad("positions-above-learned", model_config("backbone.max_positions=2048"),
         r"^backbone\.max_positions=2048: above the 1024 positions .*\(max_position_embeddings=1024\); "

@@ -129,7 +129,9 @@ class LanguageModelingData:
         return {"input_ids": ids, "attention_mask": mask, "ids": [d.id for d in docs],
                 "deps": [[(t, a) for t, a in d.deps if t < self.length] for d in docs]}
 
-    def summary(self) -> dict[str, dict[str, Any]]:
+    def summary(self, block: int | None = None) -> dict[str, dict[str, Any]]:
+        """Per split: documents, tokens, how many are cut; with ``block``, how many of the predicted tokens (in the
+        cut) are marked values whose antecedent lies before their block: what only longer attention can predict."""
         out: dict[str, dict[str, Any]] = {}
         for role, docs in self.docs.items():
             lengths = [len(d.ids) for d in docs]
@@ -137,6 +139,11 @@ class LanguageModelingData:
                          "mean_tokens": round(float(np.mean(lengths)), 1) if lengths else 0,
                          "max_tokens": int(max(lengths, default=0)),
                          "cut_at": self.length, "n_cut": sum(n > self.length for n in lengths)}
+            if block and any(d.deps for d in docs):
+                predicted = sum(min(n, self.length) - 1 for n in lengths)
+                far = sum(a < t // block * block for d in docs for t, a in d.deps if t < self.length)
+                out[role] |= {"dependency_block": block, "tokens_beyond_block": far,
+                              "share_beyond_block": round(far / max(predicted, 1), 4)}
         if self.packed is not None:
             out["train"] |= {"packed_rows": int(self.packed.shape[0]), "dropped_tokens": int(self.dropped_tokens)}
         return out

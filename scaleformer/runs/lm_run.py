@@ -114,7 +114,7 @@ def execute_lm(ctx: RunContext, ckpt: Path | None, attempt: Any) -> dict[str, An
         commit=package_commit(), changes=package_changes(), tag=rc.tag,
         method={**described, **method.describe()}, backbone={"name": rc.backbone.name, "pretrained":
                                                              rc.backbone.pretrained, "arch": rc.backbone.arch},
-        data={"name": rc.data.name, "summary": dm.summary(), "dependency_block": rc.metrics.dependency_block},
+        data={"name": rc.data.name, "summary": dm.summary(rc.metrics.dependency_block)},
         device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", machine=runtime.machine(),
         world_size=int(trainer.world_size), seed=rc.seed, train_steps=last,
         selection={"rule": "last" if trained else "loaded", "step": last}, train_time_s=round(train_time, 2),

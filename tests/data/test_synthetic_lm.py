@@ -65,6 +65,10 @@ def test_packed_training_rows_are_the_document_stream_and_evaluation_cuts_each_d
         assert all(t < 64 for t, _ in batch["deps"][i])
         text = tok.decode(doc.ids)
         assert tok.decode(doc.ids[:1]) == "<s>" and text.endswith("</s>")
+    share = dm.summary(16)["validation"]
+    far = sum(a < t // 16 * 16 for d in dm.docs["validation"] for t, a in d.deps if t < 64)
+    assert share["tokens_beyond_block"] == far and 0 <= share["share_beyond_block"] < 1
+    assert "share_beyond_block" not in dm.summary()["validation"]
     dep_doc = next(d for d in dm.docs["validation"] if d.deps)
     t, a = dep_doc.deps[0]
     assert tok.decode(dep_doc.ids[t:t + 1]).strip() and a < t

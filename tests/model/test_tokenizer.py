@@ -75,7 +75,7 @@ def test_fingerprint(bart: PreTrainedTokenizerFast, t5: PreTrainedTokenizerFast)
 
 def test_unknown_flavour() -> None:
     with pytest.raises(ValueError, match="flavour"):
-        load_offline_tokenizer("gpt2")
+        load_offline_tokenizer("gpt")
 
 
 @pytest.mark.parametrize("name", [r.name for r in RECIPES.values()])
@@ -121,3 +121,9 @@ def test_wrap_stops_the_tokenizer_claiming_the_window() -> None:
     with transformers_warnings() as said:
         ids = tok(make_document(random.Random(3), 1500)[0]).input_ids
     assert len(ids) > 1024 and tok.model_max_length == NO_LIMIT and not said, said
+
+
+def test_the_decoder_only_flavour_wraps_a_document_as_bart_does() -> None:
+    """gpt2 (a decoder-only backbone's documents): <s> ... </s>, the ids bart gives."""
+    text = "On day 3, Mara Quill sold 5 lanterns."
+    assert load_offline_tokenizer("gpt2")(text)["input_ids"] == load_offline_tokenizer("bart")(text)["input_ids"]
