@@ -193,10 +193,14 @@ class SpanMethod(Method):
         spans = self.spans(len(encoder_layers(encoder)))
         hidden = run_encoder(encoder, ids, mask, spans)  # [B, N, d]
         if not training:
-            lengths = mask.sum(1).tolist()
-            self._eval_docs += len(lengths)
-            self._eval_cost += sum(sum(s.pairs(int(n)) for s in spans) for n in lengths)
+            self.count_evaluated(mask.sum(1).tolist(), len(spans))
         return Encoded(hidden, mask)
+
+    def count_evaluated(self, lengths: list[int], n_layers: int) -> None:
+        """Add documents of these token counts to the mean C of the evaluation (``attention_cost_mean``)."""
+        spans = self.layer_spans(n_layers)
+        self._eval_docs += len(lengths)
+        self._eval_cost += sum(sum(s.pairs(int(n)) for s in spans) for n in lengths)
 
     def query_window(self) -> tuple[int, str]:
         return self.cfg.max_length, "method.max_length"

@@ -88,6 +88,8 @@ class LanguageModelModule(OptimizedModule):
         ids, mask = batch["input_ids"], batch["attention_mask"]
         nll = token_nll(self.model(input_ids=ids, attention_mask=mask).logits, ids, mask)  # [B, N-1]
         lengths = mask.sum(1)
+        if hasattr(self.method, "count_evaluated") and not self.training:  # the method's mean C over the documents
+            self.method.count_evaluated(lengths.tolist(), self.method.n_layers)
         sums, rows = nll.sum(1).tolist(), []
         b = self.dependency_block
         for i, doc in enumerate(batch["ids"]):

@@ -100,3 +100,22 @@ def test_spans_stay_non_causal_on_an_encoder():
                     MasformerConfig(max_length=256, block_size=64, full_layers=1))
     assert not ready.method.causal
     assert ready.method.layer_spans(2) == [Span("full"), Span("block", 64)]
+
+
+def test_l_equal_to_the_layers_is_full_attention_and_l_zero_is_all_block():
+    """On the whole model: MASFormer with every layer full gives full attention's logits (to rounding), with none
+    block attention's; one full layer differs from both."""
+    x = torch.randint(4, 100, (2, 200), generator=torch.Generator().manual_seed(0))
+
+    def logits(cfg):
+        torch.manual_seed(0)
+        _, model = wrapped(cfg)
+        with torch.no_grad():
+            return model.eval()(x).logits
+
+    full = logits(FullAttentionConfig(max_length=256))
+    block = logits(BlockAttentionConfig(max_length=256, block_size=64))
+    torch.testing.assert_close(logits(MasformerConfig(max_length=256, block_size=64, full_layers=6)), full)
+    torch.testing.assert_close(logits(MasformerConfig(max_length=256, block_size=64, full_layers=0)), block)
+    one = logits(MasformerConfig(max_length=256, block_size=64, full_layers=1))
+    assert not torch.allclose(one, full) and not torch.allclose(one, block)

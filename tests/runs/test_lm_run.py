@@ -42,6 +42,8 @@ def test_a_language_modeling_run_reports_perplexity_an_independent_computation_g
     assert scores["ppl_low"] <= scores["ppl"] <= scores["ppl_high"]
     assert sum(v["n_docs"] for v in scores["by_length"].values()) == 6
     assert scores["dependency"]["tokens"] > 0 and result["method"]["decoder_only"]
+    assert 0 < result["method"]["attention_cost_mean"] <= result["method"]["attention_cost_at_max_length"]
+    assert 0 < result["data"]["summary"]["validation"]["share_beyond_block"] < 1
     ckpt = tmp_path / "results" / "runs" / result["run_id"] / "checkpoints" / "step_4.ckpt"
     module = LanguageModelModule.load_from_checkpoint(str(ckpt), weights_only=True).eval()
     from scaleformer.data.lm import LanguageModelingData
