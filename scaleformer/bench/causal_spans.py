@@ -96,7 +96,7 @@ def _reader_row(label: str, option: str, settings: dict[str, Any], ids: torch.Te
 
     def one_token() -> None:
         with torch.no_grad():
-            model(input_ids=last, past_key_values=cache, use_cache=True)
+            model(input_ids=last, use_cache=True, **{compat.cache_kwarg(model): cache})
         compat.crop_cache(cache, n - 1)  # back to n - 1 cached positions for the next timed token
 
     model.train()

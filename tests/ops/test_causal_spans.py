@@ -163,7 +163,7 @@ def test_cached_decoding_equals_the_whole_sequence(family):
         steps = torch.stack(out.logits, 1)  # [1, 20, V]
         torch.testing.assert_close(steps.double(), whole[:, 12:32])  # generate hands its logits back in fp32
         first = model(out.sequences[:, :21], use_cache=True)
-        rest = model(out.sequences[:, 21:], past_key_values=first.past_key_values).logits
+        rest = model(out.sequences[:, 21:], **{compat.cache_kwarg(model): first.past_key_values}).logits
         torch.testing.assert_close(rest, whole[:, 21:])
 
 
