@@ -18,7 +18,8 @@ PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").
 # What a span's paragraph says it goes with (the option or key it is an option of).
 CONTEXT = {"generation.compile=true": ["generation.static_cache=true"], "method.keep_rule=sled": ["method=sled"],
            "logger.wandb.log_model=true": ["logger=wandb"], "logger.wandb.offline=false": ["logger=wandb"],
-           "method.cost=2500000": ["experiment=masformer_lm"], "data.task_metric=perplexity": ["data=synthetic_lm"]}
+           "method.cost=2500000": ["experiment=masformer_lm"], "data.task_metric=perplexity": ["data=synthetic_lm"],
+           "method.block_size=1024": ["method=masformer"]}
 
 
 def spans() -> list[tuple[str, str]]:
