@@ -357,7 +357,7 @@ def test_committed_profiles_load():
     ({"repeats": 1}, "repeats=1: must be >= 3"),
     ({"max_repeats": 2}, "max_repeats=2: must be >= repeats (3)"),
     ({"device": "tpu"}, "device='tpu': must be cpu or cuda"),
-    ({"backbones": ["tiny_bert"]}, "backbones[0]='tiny_bert': must be one of bart_base, bart_base_shape, t5_base"),
+    ({"backbones": ["tiny_bert"]}, "backbones[0]='tiny_bert': must be one of bart_base, bart_base_shape, pythia_1_4b, t5_base"),
     ({"led_attention_window": 5}, "led_attention_window=5: must be a positive even number"),
     ({"max_tokens": {"sled": 0}}, "max_tokens.sled=0: must be > 0"),
     ({"targets": [{"metric": "speed", "method": "sled", "max_value": 1, "at": 1024}]},
