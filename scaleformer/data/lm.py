@@ -32,7 +32,7 @@ from scaleformer.config import DataConfig
 from scaleformer.data.errors import DataError
 from scaleformer.data.sampler import ResumableSampler
 from scaleformer.data.sources import configured_roles, make_source
-from scaleformer.data.synthetic_lm import dependency_tokens
+from scaleformer.data.synthetic_lm import beyond_block, dependency_tokens
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class LanguageModelingData:
                          "cut_at": self.length, "n_cut": sum(n > self.length for n in lengths)}
             if block and any(d.deps for d in docs):
                 predicted = sum(min(n, self.length) - 1 for n in lengths)
-                far = sum(a < t // block * block for d in docs for t, a in d.deps if t < self.length)
+                far = sum(beyond_block(t, a, block) for d in docs for t, a in d.deps if t < self.length)
                 out[role] |= {"dependency_block": block, "tokens_beyond_block": far,
                               "share_beyond_block": round(far / max(predicted, 1), 4)}
         if self.packed is not None:

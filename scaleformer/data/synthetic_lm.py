@@ -151,6 +151,12 @@ def _token_at(starts: list[int], char: int) -> int:
     return lo
 
 
+def beyond_block(token: int, antecedent: int, block: int) -> bool:
+    """Whether block attention of size ``block`` cannot reach a token's antecedent: it lies before the first token
+    of the token's own block (blocks start at multiples of ``block``, as :class:`~scaleformer.ops.spans.Span`'s)."""
+    return antecedent < token // block * block
+
+
 def dependency_share(tokenizer: Any, rows: list[dict[str, Any]], block: int, max_tokens: int | None = None
                      ) -> dict[str, float | int]:
     """How many tokens need context beyond one block of ``block`` tokens: the antecedent of their value lies in an
@@ -165,7 +171,7 @@ def dependency_share(tokenizer: Any, rows: list[dict[str, Any]], block: int, max
             if t >= len(offsets):
                 continue
             n_value += 1
-            n_far += int(a < t // block * block)
+            n_far += int(beyond_block(t, a, block))
     return {"block": block, "tokens": n_tokens, "value_tokens": n_value, "beyond_block": n_far,
             "share_beyond_block": n_far / n_tokens if n_tokens else 0.0,
             "share_of_values_beyond_block": n_far / n_value if n_value else 0.0}

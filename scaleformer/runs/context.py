@@ -25,6 +25,11 @@ from scaleformer.runs.cost_schedule import schedule_steps
 from scaleformer.runs.run_config import RunConfig
 
 
+def describe_method(rc: RunConfig, method: Any) -> dict[str, Any]:
+    """The option the user chose, the class behind it and its parameters (as metrics.json records them)."""
+    return {"option": rc.method_option, "class": type(method).__name__, **method.describe()}
+
+
 def _key_hint(e: Exception) -> str:
     """The key an OmegaConf error names, as a suffix of its one line."""
     key = getattr(e, "full_key", None)

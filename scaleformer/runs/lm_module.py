@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from scaleformer.config import OptimConfig
+from scaleformer.data.synthetic_lm import beyond_block
 from scaleformer.methods.base import Method
 from scaleformer.model.backbone import build_model, prepare
 from scaleformer.runs.checkpoints import META_KEY
@@ -84,23 +85,36 @@ class LanguageModelModule(OptimizedModule):
     @torch.no_grad()
     def score(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
         """Per document: summed NLL over its predicted tokens and their count, its length; and the same over its
-        marked dependency tokens, all of them and those whose antecedent lies before their block."""
+        marked dependency tokens, all of them and those whose antecedent lies before their block. Summed on the
+        device and read back once per batch (no host sync per document)."""
         ids, mask = batch["input_ids"], batch["attention_mask"]
         nll = token_nll(self.model(input_ids=ids, attention_mask=mask).logits, ids, mask)  # [B, N-1]
-        lengths = mask.sum(1)
+        lengths = mask.sum(1)  # [B]
+        n = ids.shape[1]
+        # every marked token in the cut, flattened over the batch: its row, its position, whether it is far
+        marked = [(i, t, beyond_block(t, a, self.dependency_block))
+                  for i, deps in enumerate(batch["deps"]) for t, a in deps if 1 <= t < n]
+        dep = torch.zeros(2, len(ids), dtype=nll.dtype, device=nll.device)  # [all | far, B]
+        counts = [[0, 0] for _ in ids]
+        if marked:
+            row = torch.tensor([i for i, _, _ in marked], device=nll.device)
+            value = nll[row, torch.tensor([t - 1 for _, t, _ in marked], device=nll.device)]  # t scored at t - 1
+            far = torch.tensor([f for _, _, f in marked], device=nll.device)
+            dep[0].index_add_(0, row, value)
+            dep[1].index_add_(0, row[far], value[far])
+            for i, _, f in marked:
+                counts[i][0] += 1
+                counts[i][1] += f
+        sums, dep_sums, far_sums, lens = torch.stack([nll.sum(1), dep[0], dep[1], lengths.to(nll.dtype)]).tolist()
         if hasattr(self.method, "count_evaluated") and not self.training:  # the method's mean C over the documents
-            self.method.count_evaluated(lengths.tolist(), self.method.n_layers)
-        sums, rows = nll.sum(1).tolist(), []
-        b = self.dependency_block
+            self.method.count_evaluated([int(x) for x in lens], self.method.n_layers)
+        rows = []
         for i, doc in enumerate(batch["ids"]):
-            n = int(lengths[i])
-            row = {"id": doc, "nll": sums[i], "tokens": n - 1, "length": n}
-            deps = [(t, a) for t, a in batch["deps"][i] if 1 <= t < n]
-            if deps:
-                dep = nll[i, [t - 1 for t, _ in deps]]  # token t is scored at position t - 1
-                far = torch.tensor([a < t // b * b for t, a in deps], device=dep.device)
-                row |= {"dep_nll": float(dep.sum()), "dep_tokens": len(deps),
-                        "far_nll": float(dep[far].sum()), "far_tokens": int(far.sum())}
+            length = int(lens[i])
+            row = {"id": doc, "nll": sums[i], "tokens": length - 1, "length": length}
+            if counts[i][0]:
+                row |= {"dep_nll": dep_sums[i], "dep_tokens": counts[i][0],
+                        "far_nll": far_sums[i], "far_tokens": counts[i][1]}
             rows.append(row)
         return rows
 

@@ -33,7 +33,7 @@ from scaleformer.resources import package_changes, package_commit
 from scaleformer.runs import checkpoints, runtime, wandb_logger
 from scaleformer.runs.callbacks import ExactResume, log_metrics
 from scaleformer.runs.console import count_parameters, summary_table
-from scaleformer.runs.context import RunContext, validation_record
+from scaleformer.runs.context import RunContext, describe_method, validation_record
 from scaleformer.runs.lm_module import LanguageModelModule
 from scaleformer.runs.results import Results
 from scaleformer.runs.trainer import build_trainer, instantiate_all
@@ -60,7 +60,7 @@ def execute_lm(ctx: RunContext, ckpt: Path | None, attempt: Any) -> dict[str, An
     if not ready.spec.decoder_only:
         raise ConfigError(f"data.task_metric=perplexity: the backbone {rc.backbone.name!r} is an encoder-decoder; "
                           "language modeling runs on a decoder-only causal LM (e.g. backbone=tiny_gpt2_reader)")
-    described = {"option": rc.method_option, "class": type(method).__name__, **method.describe()}
+    described = describe_method(rc, method)
     start = checkpoints.peek(ckpt) if ckpt is not None else None
     if start is not None:
         checkpoints.check_compatible(start["meta"], rc.backbone.name, described, ckpt)
@@ -112,7 +112,7 @@ def execute_lm(ctx: RunContext, ckpt: Path | None, attempt: Any) -> dict[str, An
     results = Results(
         run_id=ctx.run_id, training_hash=ctx.training_hash, evaluation_hash=ctx.evaluation_hash, step=last,
         commit=package_commit(), changes=package_changes(), tag=rc.tag,
-        method={**described, **method.describe()}, backbone={"name": rc.backbone.name, "pretrained":
+        method=describe_method(rc, method), backbone={"name": rc.backbone.name, "pretrained":
                                                              rc.backbone.pretrained, "arch": rc.backbone.arch},
         data={"name": rc.data.name, "summary": dm.summary(rc.metrics.dependency_block)},
         device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", machine=runtime.machine(),

@@ -42,7 +42,7 @@ from scaleformer.resources import package_changes, package_commit
 from scaleformer.runs import checkpoints, identity, runtime, wandb_logger
 from scaleformer.runs.callbacks import ExactResume, log_metrics
 from scaleformer.runs.console import count_parameters, log_to_file, quiet, summary_table
-from scaleformer.runs.context import RunConfig, RunContext, to_config, validation_record
+from scaleformer.runs.context import RunConfig, RunContext, describe_method, to_config, validation_record
 from scaleformer.runs.cost import CostProbe
 from scaleformer.runs.cost_schedule import settings
 from scaleformer.runs.lm_run import execute_lm
@@ -296,11 +296,6 @@ def export_record(ctx: RunContext, described: dict[str, Any], selection: dict[st
             "training_hash": ctx.training_hash, "step": selection["step"], "selection": selection_kind(selection),
             "seed": rc.seed, "commit": package_commit(),
             "command": runtime.command_line(), "config": OmegaConf.to_container(rc.raw, resolve=True)}
-
-
-def describe_method(rc: RunConfig, method: Method) -> dict[str, Any]:
-    """The option the user chose, the class behind it and its parameters (as metrics.json records them)."""
-    return {"option": rc.method_option, "class": type(method).__name__, **method.describe()}
 
 
 def claim_run_folder(ctx: RunContext, ckpt: Path | None) -> Path | None:

@@ -58,9 +58,16 @@ def test_a_language_modeling_run_reports_perplexity_an_independent_computation_g
     for doc, row in zip(dm.docs["validation"], rows):
         ids = torch.as_tensor(doc.ids[:256])[None]
         with torch.no_grad():
-            loss = module.model(input_ids=ids, labels=ids).loss  # transformers' shifted mean
-        n = ids.shape[1] - 1
+            out = module.model(input_ids=ids, labels=ids)  # transformers' shifted mean
+        loss, n = out.loss, ids.shape[1] - 1
         assert row["tokens"] == n and row["nll"] == pytest.approx(float(loss) * n, rel=1e-4)
+        each = torch.nn.functional.cross_entropy(out.logits[0, :-1], ids[0, 1:], reduction="none")  # [n]
+        marked = [(t, a) for t, a in doc.deps if 1 <= t < 256]
+        far = [(t, a) for t, a in marked if a < t // 32 * 32]  # before the token's block of 32, spelled out
+        assert row.get("dep_tokens", 0) == len(marked) and row.get("far_tokens", 0) == len(far)
+        if marked:
+            assert row["dep_nll"] == pytest.approx(float(sum(each[t - 1] for t, _ in marked)), rel=1e-4)
+            assert row["far_nll"] == pytest.approx(float(sum(each[t - 1] for t, _ in far)), rel=1e-4, abs=1e-6)
         nll, tokens = nll + float(loss) * n, tokens + n
     assert scores["ppl"] == pytest.approx(math.exp(nll / tokens), rel=1e-4)
 
