@@ -70,6 +70,11 @@ def resolve_eval_batch(dm: Any, module: Any, precision: str, device: torch.devic
         dm.eval_batch_size = int(dm.cfg.eval_batch_size)
         return dm.eval_batch_size
     longest = max((dm.longest(s) for s in ("validation", "test") if s in dm.datasets), default=0)
+    if getattr(module, "decoder_only", False):  # the memory model prices encoder-decoder generation
+        log.info("data.eval_batch_size=null: %d (data.batch_size) per evaluation batch of a decoder-only model",
+                 dm.cfg.batch_size)
+        dm.eval_batch_size = int(dm.cfg.batch_size)
+        return dm.eval_batch_size
     if longest == 0:
         return dm.eval_batch_size
     g = module.gen_cfg

@@ -55,10 +55,8 @@ class SummarizationModule(OptimizedModule):
             model, method, tokenizer, optim, generation = _parts_from_config(run_config)
         if run_config is not None:
             self.save_hyperparameters({"run_config": run_config})
-        # The Hugging Face model class that carries the method: what export saves and Summarizer loads.
-        self.model = model if isinstance(model, ScaleformerForConditionalGeneration) else \
-            ScaleformerForConditionalGeneration.from_parts(model, method)
-        self.method = self.model.method
+        self.model = self.carry(model, method)
+        self.method = method if method is not None else self.model.method
         self.tokenizer = tokenizer
         self.optim_cfg = optim or OptimConfig()
         self.gen_cfg = generation or GenerationConfig()
@@ -66,6 +64,20 @@ class SummarizationModule(OptimizedModule):
         self.val_outputs: list[dict[str, Any]] = []
         # What checkpoints record about the run (backbone, method, training identity).
         self.meta = meta or {}
+
+    decoder_only = False
+    exports = True  # trainer.export_model writes this module's model folder
+
+    @staticmethod
+    def carry(model: Any, method: Method | None) -> Any:
+        """The Hugging Face model class that carries the method: what export saves and Summarizer loads."""
+        return model if isinstance(model, ScaleformerForConditionalGeneration) else \
+            ScaleformerForConditionalGeneration.from_parts(model, method)
+
+    @property
+    def backbone(self) -> Any:
+        """The Hugging Face model the method reads (what the memory models size)."""
+        return self.model.backbone
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["state_dict"] = upgrade_state(checkpoint["state_dict"])

@@ -35,12 +35,13 @@ from scaleformer.methods import Method
 from scaleformer.metrics import compute_metrics, reset_notices, resolve_bertscore_model
 from scaleformer.metrics.buckets import by_length
 from scaleformer.model import hub
-from scaleformer.model.backbone import build_model
+from scaleformer.model.backbone import build_model, decoder_only
 from scaleformer.model.backbone import prepare as prepare_backbone
 from scaleformer.ops import compat
 from scaleformer.resources import package_changes, package_commit
 from scaleformer.runs import checkpoints, identity, runtime, wandb_logger
 from scaleformer.runs.callbacks import ExactResume, log_metrics
+from scaleformer.runs.causal_summary import CausalSummarizationModule, check_causal_summary
 from scaleformer.runs.console import count_parameters, log_to_file, quiet, summary_table
 from scaleformer.runs.context import RunConfig, RunContext, describe_method, to_config, validation_record
 from scaleformer.runs.cost import CostProbe
@@ -147,7 +148,8 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
     selection = select_weights(parts.best if ctx.cfg.trainer.select == "best" else None, module, last,
                                ctx.cfg.backbone.name, parts.described, ctx.training_hash) if trained else \
         {"rule": "loaded", "step": last}
-    step, out_dir, export = selection["step"], ctx.result_dir(last), trained and ctx.cfg.trainer.export_model
+    step, out_dir, export = selection["step"], ctx.result_dir(last), trained and ctx.cfg.trainer.export_model \
+        and module.exports
     model_dir = export_target(ctx.model_dir, selection) if export else ctx.model_dir
     if export and runtime.is_rank_zero():
         export_model(module, model_dir, export_record(ctx, parts.described, selection))
@@ -190,6 +192,8 @@ def prepare(ctx: RunContext, ckpt: Path | None) -> Parts:
     pl.seed_everything(rc.seed, workers=True, verbose=False)
     ready = prepare_backbone(rc.backbone, rc.method)
     tokenizer, conf, method = ready.tokenizer, ready.conf, ready.method
+    if ready.spec.decoder_only:
+        check_causal_summary(rc)
     if rc.data.has_query and rc.data.max_prefix_tokens and (fitted := method.fit_query(rc.data.max_prefix_tokens)):
         log.info("%s", fitted)  # the record below (metrics.json, checkpoints, the export) holds the new value
     described = describe_method(rc, method)
@@ -227,8 +231,8 @@ def build_module(ctx: RunContext, parts: Parts) -> SummarizationModule:
     model = build_model(rc.backbone, parts.conf)
     meta = checkpoints.metadata(rc.backbone.name, parts.described, ctx.training_hash)
     safe_config = redact_all(OmegaConf.to_container(rc.raw, resolve=True))  # saved in every checkpoint
-    module = SummarizationModule(model, parts.method, parts.tokenizer, rc.optim, rc.generation, meta=meta,
-                                 run_config=safe_config)
+    module = (CausalSummarizationModule if decoder_only(parts.conf) else SummarizationModule)(
+        model, parts.method, parts.tokenizer, rc.optim, rc.generation, meta=meta, run_config=safe_config)
     log.info("run %s: %s on %s, %s (%s parameters) -> %s", ctx.run_id, rc.method_option, rc.data.name,
              type(model).__name__, count_parameters(model), ctx.run_dir)
     for lg in parts.loggers:
@@ -254,9 +258,9 @@ def train_or_load(ctx: RunContext, parts: Parts, module: SummarizationModule, ck
     t0 = time.time()
     has_val = dm.has_split("validation") and rc.trainer.limit_val_batches not in (0, 0.0)
     device, precision = trainer.strategy.root_device, str(trainer.precision)
-    resolve_checkpointing(parts.method, module.model.backbone, precision, device, dm.longest("train"),
+    resolve_checkpointing(parts.method, module.backbone, precision, device, dm.longest("train"),
                           dm.longest("train", "label"))
-    parts.micro_batch = resolve_micro_batch(dm, parts.method, module.model.backbone, precision, device,
+    parts.micro_batch = resolve_micro_batch(dm, parts.method, module.backbone, precision, device,
                                             rc.trainer.accumulate_grad_batches, trainer, parts.resume,
                                             (parts.start or {}).get("micro_batch") if ckpt is not None else None)
     train_loader = dm.train_dataloader()

@@ -1,0 +1,100 @@
+"""Summarization fine-tuning of a decoder-only model through a span method: MASFormer's section 4.2.
+
+The summarization run is unchanged (its data module, validation, selection, predictions, ROUGE and BERTScore,
+intervals); only the module differs. Each batch of documents and references becomes one causal sequence per
+document, ``[document | query | sep | summary | eos]`` of at most ``n = method.max_length`` tokens
+(:mod:`scaleformer.ops.causal_join`, where the choices the paper leaves open are argued); the loss is the
+next-token loss on the summary's tokens only, averaged per document and then over documents (as the
+encoder-decoder runs average theirs, :mod:`scaleformer.ops.loss`); generation continues the prompt
+(document, query, separator), left-padded, with the run's decoding settings (the paper's: greedy,
+``generation.num_beams=1``), for at most ``data.max_target_tokens - 1`` new tokens, the room the sequence left.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from scaleformer.config import DataConfig, GenerationConfig, OptimConfig
+from scaleformer.errors import ConfigError
+from scaleformer.methods.base import Method
+from scaleformer.ops.causal_join import IGNORE, Specials, join, left_pad
+from scaleformer.ops.causal_spans import routed_spans
+from scaleformer.ops.decoding import generation_kwargs
+from scaleformer.runs.lm_module import token_nll
+from scaleformer.runs.module import SummarizationModule
+
+log = logging.getLogger("scaleformer")
+
+
+def check_causal_summary(rc: Any) -> None:
+    """What a decoder-only summarization run cannot do, refused before anything loads."""
+    n, room = rc.method.max_length, rc.data.max_target_tokens
+    if n - room < 2:
+        raise ConfigError(f"data.max_target_tokens={room}: a decoder-only model reads the document and its summary "
+                          f"in one sequence of method.max_length={n} tokens; leave the document at least 2")
+    g, t = rc.generation, rc.trainer
+    refused = {"generation.static_cache": g.static_cache, "generation.step_decoding": g.step_decoding,
+               "trainer.measure_cost": t.measure_cost, "data.bucket": rc.data.bucket}
+    if t.export_model:
+        log.info("trainer.export_model: no model folder for a decoder-only run yet; its checkpoints hold the weights "
+                 "(CausalSummarizationModule.load_from_checkpoint rebuilds the routed model)")
+    for key, value in refused.items():
+        if value:
+            raise ConfigError(f"{key}={value}: not available for a decoder-only backbone yet (encoder-decoder "
+                              "backbones only); leave it off")
+
+
+class CausalSummarizationModule(SummarizationModule):
+    """Training and generation of a routed causal LM on (document, summary) pairs: the summarization run's module
+    for a decoder-only backbone. ``room``: the summary's tokens in the sequence (``data.max_target_tokens``)."""
+
+    decoder_only = True
+    exports = False  # the export folder holds encoder-decoder models; decoder-only runs keep their checkpoints
+
+    def __init__(self, model: torch.nn.Module | None = None, method: Method | None = None, tokenizer: Any = None,
+                 optim: OptimConfig | None = None, generation: GenerationConfig | None = None,
+                 meta: dict[str, Any] | None = None, run_config: dict[str, Any] | None = None,
+                 room: int | None = None) -> None:
+        super().__init__(model, method, tokenizer, optim, generation, meta, run_config)
+        data = (run_config or {}).get("data") or {}
+        self.room = int(room or data.get("max_target_tokens") or DataConfig.max_target_tokens)
+        self.n = int(self.method.cfg.max_length)
+        self.specials = Specials.of(self.tokenizer)
+
+    @staticmethod
+    def carry(model: torch.nn.Module, method: Method) -> torch.nn.Module:
+        """The causal LM with each layer's attention routed to the method's span (once)."""
+        return model if any(routed_spans(model)) else method.wrap(model)
+
+    @property
+    def backbone(self) -> torch.nn.Module:
+        return self.model
+
+    def joined(self, batch: dict[str, Any], with_summary: bool) -> dict[str, torch.Tensor]:
+        return join(batch["input_ids"], batch["attention_mask"], batch["labels"] if with_summary else None,
+                    self.specials, n=self.n, room=self.room, prefix_ids=batch.get("prefix_ids"),
+                    prefix_mask=batch.get("prefix_mask"))
+
+    def forward(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Each document's mean next-token loss over its summary tokens, then their mean."""
+        seq = self.joined(batch, with_summary=True)
+        targets = seq["targets"]  # [B, T], -100 outside the summaries
+        logits = self.model(input_ids=seq["input_ids"], attention_mask=seq["attention_mask"]).logits  # [B, T, V]
+        scored = (targets[:, 1:] != IGNORE)  # [B, T-1]: position t predicts token t + 1
+        nll = token_nll(logits, targets.clamp(min=0), scored.new_ones(targets.shape)) * scored  # [B, T-1]
+        per_doc = nll.sum(1) / scored.sum(1).clamp(min=1)  # [B]
+        return per_doc.mean()
+
+    @torch.no_grad()
+    def generate(self, batch: dict[str, Any]) -> list[str]:
+        seq = self.joined(batch, with_summary=False)
+        ids, mask = left_pad(seq["input_ids"], seq["prompt_lengths"], self.specials.pad)  # [B, P]
+        kwargs = generation_kwargs(self.gen_cfg) | {"max_new_tokens": min(self.gen_cfg.max_new_tokens, self.room - 1)}
+        kwargs["min_new_tokens"] = min(kwargs["min_new_tokens"], kwargs["max_new_tokens"])
+        out = self.model.generate(input_ids=ids, attention_mask=mask, eos_token_id=self.specials.eos,
+                                  pad_token_id=self.specials.pad, do_sample=False, **kwargs)  # [B, P + new]
+        return self.tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True,
+                                           clean_up_tokenization_spaces=False)
