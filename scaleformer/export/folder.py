@@ -56,6 +56,8 @@ def method_record(module: Any, run: dict[str, Any]) -> dict[str, Any]:
                      "model_type": getattr(module.model.backbone.config, "model_type", None)},
         "generation": run.get("generation") or dataclasses.asdict(module.gen_cfg),
         "max_input_tokens": run.get("max_input_tokens"),
+        # a decoder-only model reads document and summary as one sequence: the summary's share of it
+        **({"summary_tokens": module.room} if getattr(module, "decoder_only", False) else {}),
         "data": run.get("data"),
         "metrics": run.get("metrics"),
         "run": {k: run.get(k) for k in ("run_id", "training_hash", "step", "selection", "seed", "commit", "command")},

@@ -29,7 +29,7 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from tqdm import tqdm
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from scaleformer.compose import compose_config
 from scaleformer.config import BackboneConfig, GenerationConfig
@@ -43,8 +43,10 @@ from scaleformer.model.autoreg import register
 from scaleformer.model.backbone import backbone_spec
 from scaleformer.model.batching import auto_batch
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
+from scaleformer.model.hf_causal import ScaleformerForCausalLM
 from scaleformer.model.hf_config import ScaleformerConfig
 from scaleformer.model.wrapping import wrap
+from scaleformer.ops.causal_join import causal_summaries
 from scaleformer.ops.decoding import summaries
 from scaleformer.progress import Lines, is_terminal
 
@@ -73,6 +75,11 @@ class Summarizer:
         self.batch_size: int | None = None
 
     @property
+    def decoder_only(self) -> bool:
+        """A causal LM (MASFormer as its paper runs it): it reads document and summary as one sequence."""
+        return isinstance(self.model, ScaleformerForCausalLM)
+
+    @property
     def trained_steps(self) -> int | None:
         """Optimiser steps of the run that exported this model (None when the record does not say)."""
         step = (self.record.get("run") or {}).get("step")
@@ -97,9 +104,10 @@ class Summarizer:
                              "there is no scaleformer.json): name the method to read it with, e.g. --method sled")
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
         register()
+        auto = AutoModelForCausalLM if _decoder_only(folder) else AutoModelForSeq2SeqLM
         try:
-            model, info = AutoModelForSeq2SeqLM.from_pretrained(str(path), use_safetensors=True,  # data, never code
-                                                                output_loading_info=True)
+            model, info = auto.from_pretrained(str(path), use_safetensors=True,  # data, never code
+                                               output_loading_info=True)
         except RuntimeError as e:  # weights of other shapes than config.json says (a vocabulary size, a width)
             if "size mismatch" not in str(e) and "ignore_mismatched_sizes" not in str(e):
                 raise
@@ -115,9 +123,9 @@ class Summarizer:
         if len(tokenizer) > rows:  # ids past the table would fail deep inside the embedding
             raise ValueError(f"{path}: the tokenizer has {len(tokenizer)} tokens but the model's embeddings "
                              f"{rows} rows: the tokenizer does not belong to these weights")
-        if not isinstance(model, ScaleformerForConditionalGeneration) and meta is None:  # a plain backbone
+        if not isinstance(model, CLASSES) and meta is None:  # a plain backbone
             model = wrap(model, _method_config({}, method, overrides or {}), tokenizer=tokenizer)
-        elif not isinstance(model, ScaleformerForConditionalGeneration):  # format 1: the record holds the method
+        elif not isinstance(model, CLASSES):  # format 1: the record holds the method
             mcfg = _method_config(meta["method"]["config"], method, overrides or {})
             model = _from_format1(model, folder, meta, mcfg, tokenizer, same=method is None)
         elif method is not None or overrides:  # the loaded model's method is the one changed (the model class
@@ -169,7 +177,7 @@ class Summarizer:
         return out
 
     def _batch_size(self, docs: list[list[int]]) -> int:
-        if self.batch_size is not None or not docs:
+        if self.batch_size is not None or not docs or self.decoder_only:  # the memory model prices seq2seq decoding
             return self.batch_size or 1
         p = next(self.model.parameters())
         g = self.generation
@@ -178,6 +186,11 @@ class Summarizer:
 
     def _batch(self, docs: list[list[int]]) -> list[str]:
         """Summaries of documents decoded together."""
+        if self.decoder_only:  # the prompt (document, separator) continued, as the run decoded
+            ids, mask = self.padded(docs)
+            room = self.record.get("summary_tokens") or self.generation.max_new_tokens + 1
+            return [s.strip() for s in causal_summaries(self.model, self.tokenizer, self.generation, {
+                "input_ids": ids, "attention_mask": mask}, n=self.method.cfg.max_length, room=room)]
         return [s.strip() for s in summaries(self.model, self.tokenizer, self.generation, *self.padded(docs))]
 
     def padded(self, docs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -196,6 +209,18 @@ class Summarizer:
         ``<s>`` inside it kept as text, cut to the run's input cap."""
         ids = self.tokenizer(text, add_special_tokens=True, split_special_tokens=True, verbose=False)["input_ids"]
         return truncate_ids(list(ids), self.max_input_tokens, self.method.spec.suffix_ids)[0]
+
+
+CLASSES = (ScaleformerForConditionalGeneration, ScaleformerForCausalLM)
+
+
+def _decoder_only(folder: Path) -> bool:
+    """Whether config.json's model (or, for an export, its backbone) is a decoder-only causal LM."""
+    try:
+        conf = AutoConfig.from_pretrained(str(folder))
+    except Exception:  # an unreadable config: the model class's loading names what is wrong with it
+        return False
+    return not getattr(conf.backbone if isinstance(conf, ScaleformerConfig) else conf, "is_encoder_decoder", False)
 
 
 def _method_config(exported: dict[str, Any], option: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -271,7 +296,7 @@ def _rebuilt(model: Any, mcfg: dict[str, Any]) -> Any:
     rebuilt for it, with every weight the two share (a method's own parameters only when it keeps them)."""
     conf = ScaleformerConfig(backbone=model.config.backbone, method=dataclasses.asdict(method_config(mcfg)),
                              spec=model.config.spec)
-    fresh = ScaleformerForConditionalGeneration(conf)
+    fresh = type(model)(conf)
     fresh.load_state_dict(model.state_dict(), strict=False)  # an old method's own parameters stay behind
     fresh.generation_config = model.generation_config
     return fresh

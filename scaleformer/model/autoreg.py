@@ -37,6 +37,7 @@ def register() -> None:
     without error and leaves the registration to the module's last lines.
     """
     importlib.import_module("scaleformer.model.hf")
+    importlib.import_module("scaleformer.model.hf_causal")
     quiet_libraries()  # transformers just loaded: its weight-loading bars off unless asked for
 
 

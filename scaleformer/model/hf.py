@@ -76,47 +76,12 @@ if TYPE_CHECKING:
     from scaleformer.methods.base import Encoded, Method
 
 
-class ScaleformerForConditionalGeneration(BackboneEmbeddings, PreTrainedModel, GenerationMixin):
-    """A seq2seq backbone whose encoder side is a long-context method (``self.method``).
-
-    ``forward(input_ids, attention_mask, labels)`` encodes the long input with the method (chunks,
-    fusion, kept positions, datastores) and runs the backbone's decoder on the result;
-    ``generate(input_ids, attention_mask)`` does the same, then decodes with beam-shared
-    cross-attention (:mod:`scaleformer.ops.decoding`). A query (QA tasks) rides along as
-    ``prefix_ids`` / ``prefix_mask``, which both accept, so Seq2SeqTrainer's predict loop keeps it.
-    The embedding API (``resize_token_embeddings``, ...) is the backbone's (:mod:`.hf_embeddings`).
-    """
-
-    config_class = ScaleformerConfig
-    # The attribute that holds the backbone: ``model.base_model`` (transformers' name for the body under a
-    # model's head) is the backbone, and its weights are saved under this prefix.
-    base_model_prefix = "backbone"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
-    _supports_sdpa = True
-    _supports_flash_attn = True
-    _supports_flex_attn = True
-
-    def __init__(self, config: ScaleformerConfig, backbone: PreTrainedModel | None = None,
-                 method: Method | None = None) -> None:
-        check_config(config)  # before any module is built: every way of making one refuses a bad file alike
-        if method is None:
-            method = config_method(config)
-        super().__init__(config)
-        if backbone is None:
-            backbone = AutoModelForSeq2SeqLM.from_config(config.backbone)
-        self.backbone = backbone
-        # One config object: what the backbone's modules read (and a resize sets) is what config.json writes.
-        config.backbone = backbone.config
-        self.method: Method = method
-        self.post_init()
-        # After post_init, which initialises every module not yet initialised: a method's new modules
-        # (MASFormer's tiled position table) carry copied weights that must survive it.
-        if self.method.wrap(backbone) is not backbone:
-            raise TypeError(f"method {config.method.get('name')!r}: wrap() must patch the model in place")
+class CheckedLoading:
+    """What both model classes share: loading checked as one record, the backbone's tied weights named on the
+    model, ``from_parts`` (a built backbone and method), weights initialised as the backbone's."""
 
     @classmethod
-    def from_parts(cls, backbone: PreTrainedModel, method: Method) -> ScaleformerForConditionalGeneration:
+    def from_parts(cls, backbone: PreTrainedModel, method: Method) -> Any:
         """A backbone (weights shared) read through a built method: how runs and
         :func:`~scaleformer.model.wrapping.wrap` make one."""
         config = ScaleformerConfig(backbone=backbone.config, method=dataclasses.asdict(method.cfg),
@@ -139,7 +104,7 @@ class ScaleformerForConditionalGeneration(BackboneEmbeddings, PreTrainedModel, G
         """transformers' loading, the export checked as one record: config.json's sections (``__init__``),
         its method against scaleformer.json's, and the weights against the backbone's config (a missing,
         unused or reshaped weight is an error, never a random init noted only in transformers' report).
-        ``AutoModelForSeq2SeqLM`` and the ``Summarizer`` load through here."""
+        The Auto classes and the ``Summarizer`` load through here."""
         folder = local_folder(pretrained_model_name_or_path, kwargs.get("subfolder"))
         config = kwargs.get("config")
         early = isinstance(config, ScaleformerConfig)
@@ -166,6 +131,69 @@ class ScaleformerForConditionalGeneration(BackboneEmbeddings, PreTrainedModel, G
 
     def _init_weights(self, module: torch.nn.Module) -> None:
         self.backbone._init_weights(module)
+
+    @staticmethod
+    def checked(config: ScaleformerConfig, method: Method | None, causal: bool) -> Method:
+        """config.json checked before any module is built (every way of making a model refuses a bad file
+        alike); its method, built unless given."""
+        check_config(config)
+        check_kind(config, causal)
+        return config_method(config) if method is None else method
+
+    def hold(self, config: ScaleformerConfig, backbone: PreTrainedModel, method: Method) -> None:
+        """Take the backbone and the method (after ``PreTrainedModel.__init__``) and let the method patch it."""
+        self.backbone = backbone
+        # One config object: what the backbone's modules read (and a resize sets) is what config.json writes.
+        config.backbone = backbone.config
+        self.method = method
+        self.post_init()
+        # After post_init, which initialises every module not yet initialised: a method's new modules
+        # (MASFormer's tiled position table) carry copied weights that must survive it.
+        if self.method.wrap(backbone) is not backbone:
+            raise TypeError(f"method {config.method.get('name')!r}: wrap() must patch the model in place")
+
+
+def check_kind(config: ScaleformerConfig, causal: bool) -> None:
+    """The model class fits the backbone: a seq2seq backbone under ``AutoModelForSeq2SeqLM``, a decoder-only one
+    under ``AutoModelForCausalLM`` (one line naming the other, not a failure deep inside ``from_config``)."""
+    backbone = config.backbone
+    is_causal = not (backbone.get("is_encoder_decoder", False) if isinstance(backbone, dict) else
+                     getattr(backbone, "is_encoder_decoder", False))
+    if is_causal != causal:
+        kind = backbone.get("model_type") if isinstance(backbone, dict) else getattr(backbone, "model_type", "?")
+        what, auto, cls = ("decoder-only", "AutoModelForCausalLM", "hf_causal.ScaleformerForCausalLM") if is_causal \
+            else ("an encoder-decoder", "AutoModelForSeq2SeqLM", "hf.ScaleformerForConditionalGeneration")
+        raise ConfigError(f"{CONFIG_FILE}: the backbone ({kind}) is {what}: load it with {auto} "
+                          f"(scaleformer.model.{cls})")
+
+
+class ScaleformerForConditionalGeneration(BackboneEmbeddings, CheckedLoading, PreTrainedModel, GenerationMixin):
+    """A seq2seq backbone whose encoder side is a long-context method (``self.method``).
+
+    ``forward(input_ids, attention_mask, labels)`` encodes the long input with the method (chunks,
+    fusion, kept positions, datastores) and runs the backbone's decoder on the result;
+    ``generate(input_ids, attention_mask)`` does the same, then decodes with beam-shared
+    cross-attention (:mod:`scaleformer.ops.decoding`). A query (QA tasks) rides along as
+    ``prefix_ids`` / ``prefix_mask``, which both accept, so Seq2SeqTrainer's predict loop keeps it.
+    The embedding API (``resize_token_embeddings``, ...) is the backbone's (:mod:`.hf_embeddings`).
+    """
+
+    config_class = ScaleformerConfig
+    # The attribute that holds the backbone: ``model.base_model`` (transformers' name for the body under a
+    # model's head) is the backbone, and its weights are saved under this prefix.
+    base_model_prefix = "backbone"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+
+    def __init__(self, config: ScaleformerConfig, backbone: PreTrainedModel | None = None,
+                 method: Method | None = None) -> None:
+        method = self.checked(config, method, causal=False)
+        super().__init__(config)
+        self.hold(config, backbone if backbone is not None else AutoModelForSeq2SeqLM.from_config(config.backbone),
+                  method)
 
     def get_encoder(self) -> torch.nn.Module:
         return self.backbone.get_encoder()

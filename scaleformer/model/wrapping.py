@@ -1,5 +1,6 @@
 """``wrap``: any loaded Hugging Face seq2seq model as a
-:class:`~scaleformer.model.hf.ScaleformerForConditionalGeneration` reading long inputs through a method.
+:class:`~scaleformer.model.hf.ScaleformerForConditionalGeneration` reading long inputs through a method (a
+decoder-only causal LM, as a :class:`~scaleformer.model.hf_causal.ScaleformerForCausalLM` through a span method).
 
 Apart from :mod:`scaleformer.model.hf` because it composes method options and builds methods: the
 model class itself must import without the methods (see the note there), this module need not.
@@ -19,6 +20,7 @@ from scaleformer.errors import ConfigError
 from scaleformer.methods import build_method, method_config
 from scaleformer.model.backbone import backbone_spec, check_positions
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
+from scaleformer.model.hf_causal import ScaleformerForCausalLM
 from scaleformer.model.hf_config import learned_positions
 from scaleformer.model.spec import BackboneSpec
 from scaleformer.model.tokenizer import NO_LIMIT
@@ -60,7 +62,7 @@ class _ConfigTokens:
 
 
 def wrap(model: PreTrainedModel, method: str | dict[str, Any] = "scaleformer_middle", tokenizer: Any = None,
-         max_positions: int | None = None, **method_params: Any) -> ScaleformerForConditionalGeneration:
+         max_positions: int | None = None, **method_params: Any) -> ScaleformerForConditionalGeneration | ScaleformerForCausalLM:
     """Any loaded seq2seq model, reading long inputs through ``method``; its weights are shared, not copied.
 
     ``method`` names an option of ``conf/method/`` (``sled``, ``scaleformer_middle``, ...) or is a
@@ -71,8 +73,8 @@ def wrap(model: PreTrainedModel, method: str | dict[str, Any] = "scaleformer_mid
     """
     check_arguments(model, method, tokenizer, max_positions)
     mcfg = method_config(_method_dict(method, method_params))
-    wrapped = ScaleformerForConditionalGeneration.from_parts(model, build_method(mcfg, spec_for(model, tokenizer,
-                                                                                                max_positions)))
+    cls = ScaleformerForConditionalGeneration if model.config.is_encoder_decoder else ScaleformerForCausalLM
+    wrapped = cls.from_parts(model, build_method(mcfg, spec_for(model, tokenizer, max_positions)))
     if isinstance(getattr(tokenizer, "model_max_length", None), int):
         tokenizer.model_max_length = NO_LIMIT
     return wrapped
@@ -81,14 +83,14 @@ def wrap(model: PreTrainedModel, method: str | dict[str, Any] = "scaleformer_mid
 def check_arguments(model: Any, method: Any, tokenizer: Any, max_positions: Any) -> None:
     """``wrap``'s arguments, each refused in one line naming the value (before any config is composed):
     a wrong type would otherwise fail deep inside the config checks or the special-token probe."""
-    if isinstance(model, ScaleformerForConditionalGeneration):
+    if isinstance(model, ScaleformerForConditionalGeneration | ScaleformerForCausalLM):
         name = model.config.method.get("name") if isinstance(model.config.method, dict) else None
         raise ConfigError(f"wrap(model={type(model).__name__}): already wrapped (method {name!r}), and its backbone is "
                           "patched for that method: wrap a freshly loaded backbone "
                           "(AutoModelForSeq2SeqLM.from_pretrained(...)) to read it through another method")
-    if not isinstance(model, PreTrainedModel) or not getattr(model.config, "is_encoder_decoder", False):
+    if not isinstance(model, PreTrainedModel):
         raise ConfigError(f"wrap(model={type(model).__name__}): needs a loaded Hugging Face encoder-decoder "
-                          "(e.g. AutoModelForSeq2SeqLM.from_pretrained(...))")
+                          "(e.g. AutoModelForSeq2SeqLM.from_pretrained(...)) or causal LM")
     if isinstance(method, str):
         if method not in (options := group_options("method")):
             raise ConfigError(f"wrap(method={method!r}): not an option of conf/method/; choose one of "

@@ -20,8 +20,11 @@ built by gathers, no loop over documents.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from scaleformer.ops.decoding import generation_kwargs
 
 IGNORE = -100
 
@@ -110,3 +113,20 @@ def left_pad(ids: torch.Tensor, lengths: torch.Tensor, pad: int) -> tuple[torch.
     src = j - shift
     out = torch.where(src >= 0, _take(ids, src), torch.full_like(src, pad))
     return out, (src >= 0).long()
+
+
+def causal_summaries(model: Any, tokenizer: Any, g: Any, batch: dict[str, torch.Tensor], *, n: int, room: int
+                     ) -> list[str]:
+    """Summaries of a batch (the summarization data's tensors: ``input_ids``/``attention_mask``, optional
+    ``prefix_ids``/``prefix_mask``) by continuing each prompt ``[document | query | sep]`` of at most ``n - room``
+    tokens (:mod:`scaleformer.ops.causal_join`), left-padded, with the decoding settings ``g`` (a
+    :class:`~scaleformer.config.GenerationConfig`), for at most ``room - 1`` new tokens."""
+    sp = Specials.of(tokenizer)
+    seq = join(batch["input_ids"], batch["attention_mask"], None, sp, n=n, room=room,
+               prefix_ids=batch.get("prefix_ids"), prefix_mask=batch.get("prefix_mask"))
+    ids, mask = left_pad(seq["input_ids"], seq["prompt_lengths"], sp.pad)  # [B, P]
+    kwargs = generation_kwargs(g) | {"max_new_tokens": min(g.max_new_tokens, room - 1)}
+    kwargs["min_new_tokens"] = min(kwargs["min_new_tokens"], kwargs["max_new_tokens"])
+    out = model.generate(input_ids=ids, attention_mask=mask, eos_token_id=sp.eos, pad_token_id=sp.pad,
+                         do_sample=False, **kwargs)  # [B, P + new]
+    return tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True, clean_up_tokenization_spaces=False)

@@ -20,9 +20,8 @@ import torch
 from scaleformer.config import DataConfig, GenerationConfig, OptimConfig
 from scaleformer.errors import ConfigError
 from scaleformer.methods.base import Method
-from scaleformer.ops.causal_join import IGNORE, Specials, join, left_pad
-from scaleformer.ops.causal_spans import routed_spans
-from scaleformer.ops.decoding import generation_kwargs
+from scaleformer.model.hf_causal import ScaleformerForCausalLM
+from scaleformer.ops.causal_join import IGNORE, Specials, causal_summaries, join
 from scaleformer.runs.lm_module import token_nll
 from scaleformer.runs.module import SummarizationModule
 
@@ -38,9 +37,6 @@ def check_causal_summary(rc: Any) -> None:
     g, t = rc.generation, rc.trainer
     refused = {"generation.static_cache": g.static_cache, "generation.step_decoding": g.step_decoding,
                "trainer.measure_cost": t.measure_cost, "data.bucket": rc.data.bucket}
-    if t.export_model:
-        log.info("trainer.export_model: no model folder for a decoder-only run yet; its checkpoints hold the weights "
-                 "(CausalSummarizationModule.load_from_checkpoint rebuilds the routed model)")
     for key, value in refused.items():
         if value:
             raise ConfigError(f"{key}={value}: not available for a decoder-only backbone yet (encoder-decoder "
@@ -52,7 +48,6 @@ class CausalSummarizationModule(SummarizationModule):
     for a decoder-only backbone. ``room``: the summary's tokens in the sequence (``data.max_target_tokens``)."""
 
     decoder_only = True
-    exports = False  # the export folder holds encoder-decoder models; decoder-only runs keep their checkpoints
 
     def __init__(self, model: torch.nn.Module | None = None, method: Method | None = None, tokenizer: Any = None,
                  optim: OptimConfig | None = None, generation: GenerationConfig | None = None,
@@ -65,13 +60,9 @@ class CausalSummarizationModule(SummarizationModule):
         self.specials = Specials.of(self.tokenizer)
 
     @staticmethod
-    def carry(model: torch.nn.Module, method: Method) -> torch.nn.Module:
-        """The causal LM with each layer's attention routed to the method's span (once)."""
-        return model if any(routed_spans(model)) else method.wrap(model)
-
-    @property
-    def backbone(self) -> torch.nn.Module:
-        return self.model
+    def carry(model: torch.nn.Module, method: Method) -> ScaleformerForCausalLM:
+        """The Hugging Face class that carries the method (its layers routed to their spans)."""
+        return model if isinstance(model, ScaleformerForCausalLM) else ScaleformerForCausalLM.from_parts(model, method)
 
     def joined(self, batch: dict[str, Any], with_summary: bool) -> dict[str, torch.Tensor]:
         return join(batch["input_ids"], batch["attention_mask"], batch["labels"] if with_summary else None,
@@ -90,11 +81,4 @@ class CausalSummarizationModule(SummarizationModule):
 
     @torch.no_grad()
     def generate(self, batch: dict[str, Any]) -> list[str]:
-        seq = self.joined(batch, with_summary=False)
-        ids, mask = left_pad(seq["input_ids"], seq["prompt_lengths"], self.specials.pad)  # [B, P]
-        kwargs = generation_kwargs(self.gen_cfg) | {"max_new_tokens": min(self.gen_cfg.max_new_tokens, self.room - 1)}
-        kwargs["min_new_tokens"] = min(kwargs["min_new_tokens"], kwargs["max_new_tokens"])
-        out = self.model.generate(input_ids=ids, attention_mask=mask, eos_token_id=self.specials.eos,
-                                  pad_token_id=self.specials.pad, do_sample=False, **kwargs)  # [B, P + new]
-        return self.tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True,
-                                           clean_up_tokenization_spaces=False)
+        return causal_summaries(self.model, self.tokenizer, self.gen_cfg, batch, n=self.n, room=self.room)

@@ -1,7 +1,8 @@
 """The LightningModule of causal language modeling: MASFormer's continual training and its perplexity.
 
-The backbone is a decoder-only model whose layers the method has routed to their spans (``method.wrap``, the
-same object the Auto class and the benchmark run); this module owns the objective: the next-token loss over
+The backbone is a decoder-only model whose layers the method routes to their spans, held as
+:class:`~scaleformer.model.hf_causal.ScaleformerForCausalLM` (the object the Auto class and the summarization
+module hold); this module owns the objective: the next-token loss over
 packed sequences in training, and per-document sums of the negative log-likelihood for perplexity
 (:mod:`scaleformer.metrics.perplexity`). Optimiser, schedule, clipping and the non-finite stop are the
 summarization module's (:class:`~scaleformer.runs.optimization.OptimizedModule`).
@@ -20,6 +21,7 @@ from scaleformer.config import OptimConfig
 from scaleformer.data.synthetic_lm import beyond_block
 from scaleformer.methods.base import Method
 from scaleformer.model.backbone import build_model, prepare
+from scaleformer.model.hf_causal import ScaleformerForCausalLM
 from scaleformer.runs.checkpoints import META_KEY
 from scaleformer.runs.context import to_config
 from scaleformer.runs.optimization import OptimizedModule
@@ -54,12 +56,14 @@ class LanguageModelModule(OptimizedModule):
             ready = prepare(rc.backbone, rc.method)
             model, method, tokenizer, optim = build_model(rc.backbone, ready.conf, weights=False), ready.method, \
                 ready.tokenizer, rc.optim
-            method.wrap(model)
             dependency_block = rc.metrics.dependency_block
         if run_config is not None:
             self.save_hyperparameters({"run_config": run_config})
         # "lm.": its weights' names say which objective wrote them (a summarization checkpoint's are "model.")
-        self.lm, self.method, self.tokenizer = model, method, tokenizer
+        # the Hugging Face class that carries the method (layers routed to their spans), as the summarization
+        # module, the Summarizer and AutoModelForCausalLM hold it
+        self.lm = model if isinstance(model, ScaleformerForCausalLM) else ScaleformerForCausalLM.from_parts(model, method)
+        self.method, self.tokenizer = self.lm.method, tokenizer
         self.optim_cfg = optim or OptimConfig()
         self.meta = meta or {}
         self.dependency_block = dependency_block

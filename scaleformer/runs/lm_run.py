@@ -69,13 +69,13 @@ def execute_lm(ctx: RunContext, ckpt: Path | None, attempt: Any) -> dict[str, An
     loggers = instantiate_all(rc.logger, "logger")
     resume = ExactResume(batch_size=rc.data.batch_size)
     trainer = build_trainer(ctx, loggers, [*instantiate_all(rc.callbacks, "callbacks"), resume])
-    model = method.wrap(build_model(rc.backbone, ready.conf))
+    model = build_model(rc.backbone, ready.conf)
     safe_config = redact_all(OmegaConf.to_container(rc.raw, resolve=True))
     module = LanguageModelModule(model, method, ready.tokenizer, rc.optim,
                                  meta=checkpoints.metadata(rc.backbone.name, described, ctx.training_hash),
                                  run_config=safe_config, dependency_block=rc.metrics.dependency_block)
     log.info("run %s: %s on %s, %s (%s parameters), sequences of %d -> %s", ctx.run_id, rc.method_option,
-             rc.data.name, type(model).__name__, count_parameters(model), method.cfg.max_length, ctx.run_dir)
+             rc.data.name, type(model).__name__, count_parameters(module.model), method.cfg.max_length, ctx.run_dir)
     attempt.started = True
     t0, trained = time.time(), rc.trainer.do_train and dm.has_split("train")
     if trained:

@@ -66,7 +66,6 @@ class SummarizationModule(OptimizedModule):
         self.meta = meta or {}
 
     decoder_only = False
-    exports = True  # trainer.export_model writes this module's model folder
 
     @staticmethod
     def carry(model: Any, method: Method | None) -> Any:

@@ -148,8 +148,7 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
     selection = select_weights(parts.best if ctx.cfg.trainer.select == "best" else None, module, last,
                                ctx.cfg.backbone.name, parts.described, ctx.training_hash) if trained else \
         {"rule": "loaded", "step": last}
-    step, out_dir, export = selection["step"], ctx.result_dir(last), trained and ctx.cfg.trainer.export_model \
-        and module.exports
+    step, out_dir, export = selection["step"], ctx.result_dir(last), trained and ctx.cfg.trainer.export_model
     model_dir = export_target(ctx.model_dir, selection) if export else ctx.model_dir
     if export and runtime.is_rank_zero():
         export_model(module, model_dir, export_record(ctx, parts.described, selection))

@@ -78,20 +78,35 @@ def test_batched_greedy_summaries_equal_one_document_at_a_time(tmp_path):
     assert together == alone and any(together)
 
 
-def test_a_run_reports_rouge_and_its_checkpoint_decodes_the_same_summaries(tmp_path):
+def test_a_run_reports_rouge_and_its_checkpoint_and_export_decode_the_same_summaries(tmp_path):
+    """The run's predictions again from its checkpoint (the Lightning module rebuilt from the run's config), and
+    from its exported folder through AutoModelForCausalLM and the Summarizer (what `scaleformer summarize` runs)."""
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    from scaleformer.export.summarizer import Summarizer
+    from scaleformer.model.hf_causal import ScaleformerForCausalLM
     from scaleformer.runs.causal_summary import CausalSummarizationModule
 
     result = run(compose(_summ(tmp_path)))
     scores = result["splits"]["validation"]
     assert scores["n_examples"] == 3 and "rouge2" in scores and result["step"] == 2
     assert result["method"]["decoder_only"] and result["backbone"]["arch"] == "gpt2"
-    folder = next((tmp_path / "results" / "runs" / result["run_id"] / "eval").glob("step_2-*"))
+    run_dir = tmp_path / "results" / "runs" / result["run_id"]
+    folder = next((run_dir / "eval").glob("step_2-*"))
     rows = [json.loads(line) for line in (folder / "predictions_validation.jsonl").read_text().splitlines()]
-    ckpt = tmp_path / "results" / "runs" / result["run_id"] / "checkpoints" / "step_2.ckpt"
-    module = CausalSummarizationModule.load_from_checkpoint(str(ckpt), weights_only=True).eval()
+    module = CausalSummarizationModule.load_from_checkpoint(str(run_dir / "checkpoints" / "step_2.ckpt"),
+                                                            weights_only=True).eval()
     _, batch = _module_and_batch(tmp_path)
     assert [p.strip() for p in module.generate(batch)] == [r["prediction"] for r in rows]
-    assert not (tmp_path / "results" / "models").exists()  # no export folder for a decoder-only run (said in the log)
+    model = AutoModelForCausalLM.from_pretrained(str(run_dir / "model"))
+    assert isinstance(model, ScaleformerForCausalLM) and model.method.cfg.name == "masformer"
+    with pytest.raises(ConfigError, match="is decoder-only: load it with AutoModelForCausalLM"):
+        AutoModelForSeq2SeqLM.from_pretrained(str(run_dir / "model"))
+    source = Path(result["data"]["summary"]["validation"]["source"])
+    texts = {r["id"]: r["input"] for r in map(json.loads, source.read_text().splitlines())}
+    summarizer = Summarizer.from_pretrained(run_dir / "model", batch_size=2)
+    assert summarizer.decoder_only
+    assert summarizer.summarize([texts[r["id"]] for r in rows]) == [r["prediction"] for r in rows]
 
 
 @pytest.mark.parametrize("override,match", [

@@ -7,13 +7,16 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from scaleformer.model.wrapping import wrap
 from scaleformer.runs.lm_module import LanguageModelModule
 
 
 def test_scores_sum_each_documents_own_tokens_and_split_marked_ones_by_block():
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(bos_token_id=0, eos_token_id=0, n_layer=1, n_embd=16, n_head=2, n_positions=32, vocab_size=50)).eval()
-    module = LanguageModelModule(model, method=None, tokenizer=None, dependency_block=4)
+    model = GPT2LMHeadModel(GPT2Config(bos_token_id=0, eos_token_id=0, pad_token_id=1, n_layer=1, n_embd=16,
+                                       n_head=2, n_positions=32, vocab_size=50)).eval()
+    routed = wrap(model, "full_attention", max_length=32)  # routed in place: `model` runs the same spans
+    module = LanguageModelModule(routed, method=routed.method, tokenizer=None, dependency_block=4)
     ids = torch.randint(0, 50, (2, 12))  # [B, N]
     mask = torch.ones_like(ids)
     mask[1, 7:] = 0  # the second document has 7 tokens, padded on the right
