@@ -104,6 +104,12 @@ def title(spec: dict[str, Any], profile: str) -> str:
     return str(check_profile(spec, profile).get("title", spec["title"]))
 
 
+def row_method(spec: dict[str, Any], row: str) -> str:
+    """The method option a row runs: the spec's ``rows`` map (a row of one method at one size, e.g. ``block_2048:
+    {method: block_attention}`` with the size in the profile's ``method_overrides``), else the row is the option."""
+    return str((spec.get("rows") or {}).get(row, {}).get("method", row))
+
+
 def method_available(option: str) -> bool:
     """A grid's method is runnable when conf/method/<option>.yaml exists (it names a registered method)."""
     return (conf_dir() / "method" / f"{option}.yaml").exists()
@@ -121,7 +127,7 @@ def select_methods(spec: dict[str, Any], methods: str | list[str] | None) -> lis
     if methods == "all":
         return [*spec["methods"], *(m for m in method_options() if m not in spec["methods"])]
     chosen = methods.split(",") if isinstance(methods, str) else list(methods)
-    unknown = [m for m in chosen if not method_available(m)]
+    unknown = [m for m in chosen if m not in spec["methods"] and not method_available(m)]
     if unknown:
         raise ValueError(f"METHODS={','.join(chosen)}: no conf/method/ option {', '.join(unknown)}; "
                          f"available: {', '.join(method_options())}")
@@ -153,7 +159,7 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
     shared = prof.get("share_training")
     if shared is not None and shared not in spec["datasets"]:
         raise ValueError(f"profiles.{profile}.share_training={shared!r}: not one of the columns {spec['datasets']}")
-    for ds in spec["datasets"]:
+    for ds in prof.get("datasets", spec["datasets"]):  # a profile may fill fewer columns than the paper's
         data = [f"data={prof['data'][ds]}", *prof.get("data_overrides", {}).get(ds, [])]
         if mirror and prof["data"][ds] in mirror.get("hub", {}):
             data.append(f"data.hub_id={mirror_root(profile)}/{mirror['hub'][prof['data'][ds]]}")
@@ -163,7 +169,9 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
                 # A method's own settings go before its group choice, which stays last (multiruns sweep it);
                 # Hydra applies value overrides after the group choices whatever their order.
                 own = [*([f"seed={seed}"] if seed is not None else []), *prof.get("method_overrides", {}).get(m, [])]
-                cells.append(Cell(ds, m, [*base, *data, *own, f"method={m}"], available=method_available(m),
+                option = row_method(spec, m)
+                cells.append(Cell(ds, m, [*base, *data, *own, f"method={option}"],
+                                  available=method_available(option) and m not in prof.get("skip_rows", {}),
                                   seed=seed))
     if shared is not None:
         source = {(c.method, c.seed): c for c in cells if c.key == shared}

@@ -59,6 +59,7 @@ def _headline(result: dict[str, Any]) -> str:
     parts = []
     for split, m in result.get("splits", {}).items():
         keys = ((("exact_match", "EM"), ("f1", "F1")) if isinstance(m.get("exact_match"), int | float)
+                else (("ppl", "ppl"),) if isinstance(m.get("ppl"), int | float)
                 else (("rouge1", "R-1"),)) + (("fact_recall", "facts"),)
         vals = [f"{label} {m[k]:.1f}" for k, label in keys if isinstance(m.get(k), int | float)]
         if vals:

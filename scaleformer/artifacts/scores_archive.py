@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from scaleformer.artifacts.grid import load_spec
+from scaleformer.artifacts.perplexity_stats import recheck as recheck_perplexity
 from scaleformer.artifacts.significance import annotate, point_fields, read_scores
 from scaleformer.io import atomic_write_text, iter_jsonl
 from scaleformer.resources import experiments_dir
@@ -174,7 +175,8 @@ def recheck_all(tables: Path) -> list[str]:
             problems.append(f"{table}: missing, while its scores are archived in {folder}")
             continue
         spec = load_spec(experiments_dir() / f"{folder.name}.yaml")
-        check = recheck_figure if "sweeps" in spec else recheck
+        check = recheck_figure if "sweeps" in spec else recheck_perplexity if spec.get("kind") == "perplexity" \
+            else recheck
         try:
             problems += check(spec, table, folder)
         except (ValueError, KeyError, TypeError) as e:  # a malformed file: one line naming it, not a traceback

@@ -1,0 +1,86 @@
+"""MASFormer's perplexity artifacts: rows of one method at several sizes, pooled perplexity with intervals over
+documents, paired tests on per-document log-perplexity, and the smoke profile end to end."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+
+from scaleformer.artifacts import grid
+from scaleformer.artifacts.perplexity_stats import compare, pooled, recheck
+from scaleformer.artifacts.perplexity_tables import build_perplexity, setting
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = grid.load_spec(ROOT / "experiments" / "masformer_table1.yaml")
+
+
+def _docs(nll_per_token: list[float], tokens: list[int]) -> dict[str, dict]:
+    return {f"d{i}": {"id": f"d{i}", "nll": x * n, "tokens": n, "length": n + 1}
+            for i, (x, n) in enumerate(zip(nll_per_token, tokens))}
+
+
+def test_rows_map_to_method_options_with_their_profile_sizes():
+    cells = {c.method: c for c in grid.expand_grid(SPEC, "tiny") if c.seed == 1}
+    assert cells["block_2048"].overrides[-1] == "method=block_attention"
+    assert "method.block_size=256" in cells["block_2048"].overrides
+    assert {"method.full_layers=1", "method.block_size=128"} <= set(cells["masformer_l4"].overrides)
+    assert not cells["masformer_l2"].available  # the profile says why (skip_rows)
+    paper = {c.method: c for c in grid.expand_grid(SPEC, "paper")}
+    assert "method.full_layers=2" in paper["masformer_l2"].overrides and paper["masformer_l2"].available
+    with pytest.raises(ValueError, match="METHODS=nosuch"):
+        grid.select_methods(SPEC, "nosuch")
+    assert grid.select_methods(SPEC, "full,masformer_l4") == ["full", "masformer_l4"]
+
+
+def test_pooled_perplexity_is_token_weighted_over_seeds_and_documents():
+    a, b = _docs([1.0, 2.0, 1.5], [10, 30, 20]), _docs([1.2, 1.8, 1.4], [10, 30, 20])
+    got = pooled([a, b])
+    want = math.exp((10 * 1.0 + 30 * 2.0 + 20 * 1.5 + 10 * 1.2 + 30 * 1.8 + 20 * 1.4) / 120)
+    assert got["ppl"] == pytest.approx(want) and got["low"] <= got["ppl"] <= got["high"]
+    assert got["seed_ppl"] == pytest.approx([math.exp(100 / 60), math.exp(94 / 60)])
+    assert got["docs"] == 3 and got["seeds"] == 2
+
+
+def test_a_paired_comparison_finds_a_clear_difference_and_none_where_there_is_none():
+    tokens = [20 + 7 * i for i in range(12)]
+    base = [1.0 + 0.05 * (i % 5) for i in range(12)]
+    worse = _docs([x + 0.1 for x in base], tokens)
+    r = compare([worse], [_docs(base, tokens)])
+    assert r["diff"] == pytest.approx(0.1) and r["p"] < 0.001 and r["low"] > 0
+    same = compare([_docs(base, tokens)], [_docs(base, tokens)])
+    assert same["diff"] == 0 and same["p"] == 1
+    seeds = compare([worse, _docs([x + 0.12 for x in base], tokens)],
+                    [_docs(base, tokens), _docs([x + 0.01 for x in base], tokens)])
+    assert seeds["seeds"] == 2 and seeds["test"] == "two-level t" and seeds["diff"] == pytest.approx(0.105)
+
+
+def test_settings_are_written_as_the_paper_writes_them():
+    assert setting({"name": "masformer", "full_layers": 1, "block_size": 128, "placement": "bottom"}) == \
+        "l=1, b=128, bottom"
+    assert setting({"name": "block_attention", "block_size": 256}) == "b=256"
+    assert setting({"name": "full_attention"}) == ""
+
+
+def test_smoke_profile_runs_and_renders_with_cost_shares_and_paired_tests(tmp_path):
+    from scaleformer.artifacts.gridrun import run_grid
+
+    assert run_grid(SPEC, "smoke", tmp_path, methods="full,block_1024,masformer_l4") == []
+    paths = build_perplexity(SPEC, "smoke", tmp_path, tmp_path, methods="full,block_1024,masformer_l4")
+    rows = {r["method"]: r for r in csv.DictReader(paths["csv"].open())}
+    assert rows["full"]["status"] == "ok" and float(rows["full"]["cost_share"]) == 1.0
+    assert float(rows["block_1024"]["cost_share"]) == pytest.approx(32 / 256)  # b / n
+    assert float(rows["masformer_l4"]["cost_share"]) == pytest.approx((5 * 32 * 256 + 256 ** 2) / (6 * 256 ** 2))
+    for r in rows.values():
+        assert float(r["low"]) <= float(r["ppl"]) <= float(r["high"])
+    tests = list(csv.DictReader(paths["tests"].open()))
+    assert {(t["row"], t["against"]) for t in tests} == {("masformer_l4", "full")}
+    md = paths["md"].read_text()
+    assert "| MASFormer (l=4) | l=1, b=32, bottom |" in md and "Problems" not in md
+    archived = tmp_path / "scores" / "masformer_table1"
+    assert recheck(SPEC, paths["csv"], archived) == []  # every number again from the archived scores
+    text = paths["csv"].read_text()
+    paths["csv"].write_text(text.replace(rows["full"]["ppl"], str(float(rows["full"]["ppl"]) * 1.01), 1))
+    assert any("full on arxiv: ppl=" in p for p in recheck(SPEC, paths["csv"], archived))
