@@ -37,6 +37,7 @@ from scaleformer.artifacts.significance import mark_meaning, seed_spread, seeds_
 from scaleformer.io import atomic_write_bytes, atomic_write_text  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_masformer import render_masformer_table1  # noqa: E402
 from results_runs import (  # noqa: E402
     LABELS,
     MissingResults,
@@ -289,6 +290,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "table2-tiny-power": lambda: render_detectable("table2", "rouge1"),
     "selector-picks": render_selector_picks,
     "dryrun-costs": lambda: render_dryrun_costs(RESULTS),
+    "masformer_table1-tiny": lambda: render_masformer_table1(RESULTS),
 }
 
 

@@ -55,7 +55,9 @@ COVERAGE: list[tuple[str, str, str]] = [
      "tests/artifacts/test_gpu_perf.py::test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table"),
     (r"^make (table1|table2|figure2|table_qa) PROFILE=smoke$", "test",
      "tests/artifacts/test_tables.py::test_smoke_profile_runs_the_grid_and_renders_it"),
-    (r"^make (table1|table2|figure2|table_qa) PROFILE=tiny$", "long", "results/tiny/"),
+    (r"^make (table1|table2|figure2|table_qa|masformer_table1) PROFILE=tiny$", "long", "results/tiny/"),
+    (r"^make masformer_table1 PROFILE=smoke$", "test", "tests/artifacts/test_perplexity_tables.py::"
+     "test_smoke_profile_runs_and_renders_with_cost_shares_and_paired_tests"),
     (r"^make table_qa METHODS=truncation,sled OUT_DIR=results/tiny/table_qa_seeds$", "long",
      "results/tiny/table_qa_seeds/"),
     (r"^make (table1|table2|figure2|table_qa) PROFILE=dryrun$", "test",
@@ -168,7 +170,7 @@ def test_benchmark_paragraphs_quote_their_results_files():
     assert checked >= 20
 
 
-@pytest.mark.parametrize("artifact", ["table1", "table2", "figure2", "table_qa"])
+@pytest.mark.parametrize("artifact", ["table1", "table2", "figure2", "table_qa", "masformer_table1"])
 def test_tiny_profiles_compose(artifact):
     """The long ``make <artifact> PROFILE=tiny`` commands: every cell's config composes and validates."""
     from conftest import compose
@@ -276,7 +278,7 @@ SPECIAL_TEXT = re.compile(r"</?s>|<pad>|<unk>")
 PYTHON_BLOCKS: list[tuple[str, str, str]] = [
     ("README.md", 'AutoModelForSeq2SeqLM.from_pretrained("results/runs/<run>/model")',
      "test_readme_summarize_and_score_commands"),
-    ("README.md", 'reader = "scaleformer/assets/readers/', "test_the_offline_wrap_snippet_summarizes_the_example_document"),
+    ("docs/using.md", 'reader = "scaleformer/assets/readers/', "test_the_offline_wrap_snippet_summarizes_the_example_document"),
     ("README.md", "Seq2SeqTrainer(", "test_the_trainer_snippet_trains_offline_and_loads_back"),
     ("docs/using.md", "Summarizer.from_pretrained(", "test_readme_summarize_and_score_commands"),
 ]
@@ -325,9 +327,9 @@ def _run_snippet(code: str, *args: str) -> str:
 
 
 def test_the_offline_wrap_snippet_summarizes_the_example_document():
-    """The README's offline ``wrap`` (a shipped reader, its own tokenizer, examples/report.txt) runs as
+    """The offline ``wrap`` of docs/using.md (a shipped reader, its own tokenizer, examples/report.txt) runs as
     written, with no tokenizer or generation warning, and prints text without special tokens."""
-    out = _run_snippet(_snippet('reader = "scaleformer/assets/readers/'))
+    out = _run_snippet(_snippet('reader = "scaleformer/assets/readers/', "docs/using.md"))
     assert out.strip() and not SPECIAL_TEXT.search(out), out
 
 
