@@ -24,6 +24,7 @@ from scaleformer.artifacts.costs import paper_estimate
 from scaleformer.artifacts.figures import build_figure
 from scaleformer.artifacts.grid import load_spec, select_methods
 from scaleformer.artifacts.gridrun import launch, run_grid
+from scaleformer.artifacts.perplexity_figure import build_perplexity_figure
 from scaleformer.artifacts.perplexity_tables import build_perplexity
 from scaleformer.artifacts.tables import build_table
 from scaleformer.errors import UserError
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
               "Rendering what exists.", file=sys.stderr)
         for p in problems:
             print(f"  {p}", file=sys.stderr)
-    build = build_figure if "sweeps" in spec else build_perplexity if spec.get("kind") == "perplexity" else build_table
+    build = {"perplexity": build_perplexity, "perplexity_by_length": build_perplexity_figure}.get(
+        spec.get("kind"), build_figure if "sweeps" in spec else build_table)
     try:
         # A dry run's scores come from random weights: its score table is a check of the path, kept apart.
         for kind, p in build(spec, args.profile, root, out_dir / "scores" if costs else out_dir,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from scaleformer.artifacts import grid
+from scaleformer.artifacts.perplexity_figure import build_perplexity_figure
 from scaleformer.artifacts.perplexity_stats import compare, pooled, recheck
 from scaleformer.artifacts.perplexity_tables import build_perplexity, setting
 
@@ -79,6 +80,14 @@ def test_smoke_profile_runs_and_renders_with_cost_shares_and_paired_tests(tmp_pa
     assert {(t["row"], t["against"]) for t in tests} == {("masformer_l4", "full")}
     md = paths["md"].read_text()
     assert "| MASFormer (l=4) | l=1, b=32, bottom |" in md and "Problems" not in md
+    figure = grid.load_spec(ROOT / "experiments" / "masformer_figure3.yaml")  # Table 1's runs, read by length
+    assert figure["rows"] == SPEC["rows"] and figure["artifact"] == "masformer_figure3"
+    drawn = build_perplexity_figure(figure, "smoke", tmp_path, tmp_path, methods="full,block_1024,masformer_l4")
+    by_length = list(csv.DictReader(drawn["csv"].open()))
+    for method, r in rows.items():  # every document in one bucket, each bucket within the run's n = 256
+        mine = [b for b in by_length if b["method"] == method]
+        assert sum(int(b["docs"]) for b in mine) == int(r["docs"]) and all(int(b["upper"]) <= 256 for b in mine)
+    assert drawn["png"].read_bytes()[:4] == b"\x89PNG" and "| Full attention |" in drawn["md"].read_text()
     archived = tmp_path / "scores" / "masformer_table1"
     assert recheck(SPEC, paths["csv"], archived) == []  # every number again from the archived scores
     text = paths["csv"].read_text()
