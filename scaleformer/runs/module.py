@@ -38,6 +38,8 @@ class SummarizationModule(OptimizedModule):
     the trained weights.
     """
 
+    decoder_only = False  # the causal subclass reads document and summary as one sequence
+
     def __init__(
         self,
         model: PreTrainedModel | None = None,
@@ -64,8 +66,6 @@ class SummarizationModule(OptimizedModule):
         self.val_outputs: list[dict[str, Any]] = []
         # What checkpoints record about the run (backbone, method, training identity).
         self.meta = meta or {}
-
-    decoder_only = False
 
     @staticmethod
     def carry(model: Any, method: Method | None) -> Any:
