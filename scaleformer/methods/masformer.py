@@ -29,7 +29,7 @@ Two MASFormers run through these classes:
 ``cost`` (C, in the paper's formula units, at ``n = max_length``) derives the span size by the paper's rules
 (section 4): block ``b = C/(L n)``, window ``w = C/(2 L n)``, MASFormer ``l = (C - L m n)/(n^2 - m n)``,
 rounded to the nearest integer (the unrounded value is recorded). ``placement`` puts MASFormer's full layers at
-the bottom (the paper's choice), in the middle or at the top (its section 4.3 ablation).
+the bottom (the paper's choice), in the middle, at the top or one every ``L/l`` layers (its section 4.3 ablation).
 """
 
 from __future__ import annotations
@@ -270,8 +270,8 @@ class MasformerConfig(SpanConfig):
     # b: block size of the other layers; null: the backbone's pretrained positions (the paper's m = 1,024, GPT-3 XL's
     # context; BART-base's window too).
     block_size: int | None = None
-    # Where the full layers sit: bottom (the paper's choice: long-range signals help most there), middle or
-    # top (its section 4.3 ablation).
+    # Where the full layers sit: bottom (the paper's choice: long-range signals help most there), middle, top or
+    # every L/l layers (its section 4.3 ablation, Table 4).
     placement: str = "bottom"
 
     def __post_init__(self) -> None:
@@ -281,13 +281,17 @@ class MasformerConfig(SpanConfig):
         check(self.placement in PLACEMENTS, "method.placement", self.placement, f"must be one of {', '.join(PLACEMENTS)}")
 
 
-PLACEMENTS = ("bottom", "middle", "top")
+PLACEMENTS = ("bottom", "middle", "top", "every")
 
 
-def full_layer_ids(n_layers: int, full: int, placement: str) -> range:
-    """Which of ``n_layers`` (bottom first) get full attention: the first ``full``, the middle ones or the last."""
+def full_layer_ids(n_layers: int, full: int, placement: str) -> tuple[int, ...]:
+    """Which of ``n_layers`` (bottom first) get full attention: the first ``full``, the middle ones, the last, or
+    one every ``L / l`` layers (the paper's Table 4 "every 3": l = 8 of 24), from the bottom layer up (ours: the
+    paper does not say where the first one sits; GPT-Neo's alternation also starts with a global layer)."""
+    if placement == "every":
+        return tuple(k * n_layers // full for k in range(full))
     start = {"bottom": 0, "middle": (n_layers - full) // 2, "top": n_layers - full}[placement]
-    return range(start, start + full)
+    return tuple(range(start, start + full))
 
 
 class Masformer(SpanMethod):

@@ -38,6 +38,8 @@ def test_the_full_layers_sit_where_placement_says(placement, full):
     assert [i for i, s in enumerate(spans) if s.kind == "full"] == full
     assert all(s.causal for s in spans) and {s.size for s in spans if s.kind == "block"} == {64}
     assert list(full_layer_ids(7, 3, "middle")) == [2, 3, 4]
+    assert full_layer_ids(24, 8, "every") == (0, 3, 6, 9, 12, 15, 18, 21)  # the paper's "every 3"
+    assert full_layer_ids(24, 12, "every") == tuple(range(0, 24, 2)) and full_layer_ids(7, 3, "every") == (0, 2, 4)
 
 
 def test_the_positions_are_duplicated_and_the_cost_is_the_papers():
