@@ -39,6 +39,7 @@ class Cell:
     result_dir: Path | None = None  # where the run writes this cell's metrics.json
     run_dir: Path | None = None
     train_from: Cell | None = None  # shared training: the cell whose weights this one evaluates
+    skipped: str | None = None  # why the profile runs no such row (its ``skip_rows``): no equivalent at its size
 
     @property
     def checkpoint(self) -> Path | None:
@@ -94,6 +95,12 @@ def seeds(spec: dict[str, Any], profile: str, method: str | None = None) -> list
     listed = prof.get("method_seeds", {}).get(method) if method is not None else None
     listed = listed or prof.get("seeds", spec.get("seeds"))
     return list(listed) if listed else [None]
+
+
+def profile_datasets(spec: dict[str, Any], profile: str) -> list[str]:
+    """The columns a profile fills: its own ``datasets`` (fewer than the paper's, e.g. one synthetic stand-in), else
+    the spec's."""
+    return list(check_profile(spec, profile).get("datasets", spec["datasets"]))
 
 
 def baseline(spec: dict[str, Any]) -> str | None:
@@ -166,7 +173,7 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
     shared = prof.get("share_training")
     if shared is not None and shared not in spec["datasets"]:
         raise ValueError(f"profiles.{profile}.share_training={shared!r}: not one of the columns {spec['datasets']}")
-    for ds in prof.get("datasets", spec["datasets"]):  # a profile may fill fewer columns than the paper's
+    for ds in profile_datasets(spec, profile):
         data = [f"data={prof['data'][ds]}", *prof.get("data_overrides", {}).get(ds, [])]
         if mirror and prof["data"][ds] in mirror.get("hub", {}):
             data.append(f"data.hub_id={mirror_root(profile)}/{mirror['hub'][prof['data'][ds]]}")
@@ -176,10 +183,9 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
                 # A method's own settings go before its group choice, which stays last (multiruns sweep it);
                 # Hydra applies value overrides after the group choices whatever their order.
                 own = [*([f"seed={seed}"] if seed is not None else []), *prof.get("method_overrides", {}).get(m, [])]
-                option = row_method(spec, m)
+                option, skipped = row_method(spec, m), (prof.get("skip_rows") or {}).get(m)
                 cells.append(Cell(ds, m, [*base, *data, *own, f"method={option}"],
-                                  available=method_available(option) and m not in prof.get("skip_rows", {}),
-                                  seed=seed))
+                                  available=method_available(option) and not skipped, seed=seed, skipped=skipped))
     if shared is not None:
         source = {(c.method, c.seed): c for c in cells if c.key == shared}
         for c in cells:

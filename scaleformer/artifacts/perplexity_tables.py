@@ -53,14 +53,14 @@ def setting(described: dict[str, Any]) -> str:
                      if k in keep and described.get(k) is not None)
 
 
-def table_rows(spec: dict[str, Any], profile: str, cells: list[Cell], got: Any, split: str
+def table_rows(spec: dict[str, Any], cells: list[Cell], got: Any, split: str
                ) -> tuple[list[dict[str, Any]], dict[tuple[str, str], list[dict[str, dict[str, Any]]]]]:
     """One row per (method, column) with its perplexity, C and the paper's values; and each cell's per-seed
     document scores (what comparisons and the figure read)."""
     rows, scores = [], {}
     paper = spec.get("paper", {})
     for (method, key), group in _groups(cells).items():
-        skipped = (spec["profiles"][profile].get("skip_rows") or {}).get(method)
+        skipped = group[0].skipped
         runs = [got.results.get((c.key, c.method, c.value, c.seed)) for c in group]
         per_seed = [s for c, r in zip(group, runs) if r is not None and (s := read_doc_scores(c.result_dir, split))]
         scores[(method, key)] = per_seed
@@ -154,7 +154,7 @@ def build_perplexity(spec: dict[str, Any], profile: str, root: Path, out_dir: Pa
     resolve_run_ids(cells, root)
     got = collect(cells, lambda key: column_label(spec, profile, key))
     split = next(iter(spec["splits"].values()))
-    rows, scores = table_rows(spec, profile, cells, got, split)
+    rows, scores = table_rows(spec, cells, got, split)
     tests = comparisons(spec, scores)
     name = spec["artifact"]
     for c in cells:  # every run's per-document scores beside the table, so that its numbers can be rechecked

@@ -28,6 +28,7 @@ from scaleformer.artifacts.grid import (
     Cell,
     column_label,
     expand_grid,
+    profile_datasets,
     profile_metrics,
     resolve_run_ids,
     seeds,
@@ -109,7 +110,7 @@ def table_rows(spec: dict[str, Any], cells: list[Cell], got: Collected, metrics:
             paper = (spec["paper"].get(split_label, {}).get(method, {}) or {}).get(key)
             ms = [(r.splits.get(split) or {}) if r else {} for r in results]
             board = next((m["leaderboard"] for m in ms if isinstance(m.get("leaderboard"), dict)), None)
-            status = ("not run (method not implemented)" if not c.available
+            status = (f"skipped: {c.skipped}" if c.skipped else "not run (method not implemented)" if not c.available
                       else "missing" if any(r is None for r in results)
                       else f"leaderboard ({board.get('name')}: {board.get('file')})" if board
                       else "no references (leaderboard predictions only)" if any(m.get("scored") is False for m in ms)
@@ -209,7 +210,7 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], problems: 
                     profile: str = "paper", source: str = "") -> str:
     """Per cell 'ours ±h (paper, ours - paper)'; a provenance table of runs below (``source``: where
     the runs come from, :func:`provenance`)."""
-    datasets = spec["datasets"]
+    datasets = profile_datasets(spec, profile)
     metrics = list(dict.fromkeys(r["metric"] for r in rows if r["method"] != CEILING)) or spec["metrics"]
     labels = spec.get("metric_labels", {})
     head = ["split", "method", *[f"{column_label(spec, profile, d)} {labels.get(m, m)}" for d in datasets
@@ -277,7 +278,7 @@ def render_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def render_latex(spec: dict[str, Any], rows: list[dict[str, Any]], profile: str = "paper") -> str:
-    datasets = spec["datasets"]
+    datasets = profile_datasets(spec, profile)
     metrics = list(dict.fromkeys(r["metric"] for r in rows if r["method"] != CEILING)) or spec["metrics"]
     labels = spec.get("metric_labels", {})
     by = {(r["split"], r["method"], r["dataset"], r["metric"]): r for r in rows}

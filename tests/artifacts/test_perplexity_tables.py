@@ -93,3 +93,20 @@ def test_smoke_profile_runs_and_renders_with_cost_shares_and_paired_tests(tmp_pa
     text = paths["csv"].read_text()
     paths["csv"].write_text(text.replace(rows["full"]["ppl"], str(float(rows["full"]["ppl"]) * 1.01), 1))
     assert any("full on arxiv: ppl=" in p for p in recheck(SPEC, paths["csv"], archived))
+
+
+def test_masformer_table2_smoke_renders_rouge_rows_on_the_profiles_own_column(tmp_path):
+    """Summarization as language modeling through the ROUGE tables: rows of one method at two sizes, one column
+    (the profile's own), a row the profile has no size for shown as skipped with its reason."""
+    from scaleformer.artifacts import tables
+    from scaleformer.artifacts.gridrun import run_grid
+
+    spec = grid.load_spec(ROOT / "experiments" / "masformer_table2.yaml")
+    assert run_grid(spec, "smoke", tmp_path, methods="window_1024,block_2048") == []
+    paths = tables.build_table(spec, "smoke", tmp_path, tmp_path, methods="window_1024,block_2048,masformer_l6")
+    md = paths["md"].read_text()
+    assert "| split | method | synthetic 0.15k R-1 | synthetic 0.15k R-2 | synthetic 0.15k R-L |" in md
+    assert "arxiv" not in md.split("| split |")[1].split("\n")[0]
+    assert "| masformer_l6 | synthetic 0.15k | skipped: l = L/4 is not a whole layer of 6 |" in md
+    rows = [r for r in csv.DictReader(paths["csv"].open()) if r["method"] == "window_1024" and r["metric"] == "rouge2"]
+    assert rows and rows[0]["status"] == "ok" and rows[0]["paper"] == "4.32"
