@@ -124,6 +124,14 @@ def row_method(spec: dict[str, Any], row: str) -> str:
     return str((spec.get("rows") or {}).get(row, {}).get("method", row))
 
 
+def row_overrides(spec: dict[str, Any], prof: dict[str, Any], row: str) -> list[str]:
+    """A row's own settings in a profile: the profile's ``method_overrides`` for it, else for the row it is
+    ``like`` (its sizes), then the row's own ``overrides`` (e.g. ``method.placement=top``: an ablation of a row)."""
+    spec_row = (spec.get("rows") or {}).get(row, {})
+    sizes = prof.get("method_overrides", {})
+    return [*sizes.get(row, sizes.get(spec_row.get("like"), [])), *spec_row.get("overrides", [])]
+
+
 def method_available(option: str) -> bool:
     """A grid's method is runnable when conf/method/<option>.yaml exists (it names a registered method)."""
     return (conf_dir() / "method" / f"{option}.yaml").exists()
@@ -182,7 +190,7 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
             for m in (m for m in rows if seed in seeds(spec, profile, m)):
                 # A method's own settings go before its group choice, which stays last (multiruns sweep it);
                 # Hydra applies value overrides after the group choices whatever their order.
-                own = [*([f"seed={seed}"] if seed is not None else []), *prof.get("method_overrides", {}).get(m, [])]
+                own = [*([f"seed={seed}"] if seed is not None else []), *row_overrides(spec, prof, m)]
                 option, skipped = row_method(spec, m), (prof.get("skip_rows") or {}).get(m)
                 cells.append(Cell(ds, m, [*base, *data, *own, f"method={option}"],
                                   available=method_available(option) and not skipped, seed=seed, skipped=skipped))

@@ -110,3 +110,20 @@ def test_masformer_table2_smoke_renders_rouge_rows_on_the_profiles_own_column(tm
     assert "| masformer_l6 | synthetic 0.15k | skipped: l = L/4 is not a whole layer of 6 |" in md
     rows = [r for r in csv.DictReader(paths["csv"].open()) if r["method"] == "window_1024" and r["metric"] == "rouge2"]
     assert rows and rows[0]["status"] == "ok" and rows[0]["paper"] == "4.32"
+
+
+def test_the_placement_ablation_reuses_table2s_runs_and_moves_only_the_full_layers(tmp_path):
+    from scaleformer.artifacts import tables
+    from scaleformer.artifacts.gridrun import run_grid
+
+    spec = grid.load_spec(ROOT / "experiments" / "masformer_ablation.yaml")
+    table2 = grid.load_spec(ROOT / "experiments" / "masformer_table2.yaml")
+    cells = {c.method: c for c in grid.expand_grid(spec, "smoke")}
+    same = {c.method: c for c in grid.expand_grid(table2, "smoke")}
+    grid.resolve_run_ids([*cells.values(), *same.values()], tmp_path)
+    assert cells["masformer_l8"].run_id == same["masformer_l8"].run_id  # the bottom row is Table 2's run
+    top = cells["masformer_l8_top"].overrides
+    assert set(top) - set(cells["masformer_l8"].overrides) == {"method.placement=top"}
+    assert run_grid(spec, "smoke", tmp_path, methods="masformer_l8,masformer_l8_every") == []
+    md = tables.build_table(spec, "smoke", tmp_path, tmp_path, methods="masformer_l8,masformer_l8_every")["md"]
+    assert "| dev | Every 3 |" in md.read_text() and "(6.9)" in md.read_text()
