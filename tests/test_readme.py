@@ -56,6 +56,8 @@ COVERAGE: list[tuple[str, str, str]] = [
     (r"^make (table1|table2|figure2|table_qa) PROFILE=smoke$", "test",
      "tests/artifacts/test_tables.py::test_smoke_profile_runs_the_grid_and_renders_it"),
     (r"^make (table1|table2|figure2|table_qa|masformer_table1|masformer_figure3) PROFILE=tiny$", "long", "results/tiny/"),
+    (r"^make masformer_table1 PROFILE=dryrun$", "test",
+     "tests/artifacts/test_masformer_bill.py::test_the_bill_counts_each_cell_from_its_own_spans"),
     (r"^make masformer_table2 PROFILE=smoke$", "test", "tests/artifacts/test_perplexity_tables.py::"
      "test_masformer_table2_smoke_renders_rouge_rows_on_the_profiles_own_column"),
     (r"^make masformer_ablation PROFILE=smoke$", "test", "tests/artifacts/test_perplexity_tables.py::"

@@ -24,6 +24,7 @@ from scaleformer.artifacts.costs import paper_estimate
 from scaleformer.artifacts.figures import build_figure
 from scaleformer.artifacts.grid import load_spec, select_methods
 from scaleformer.artifacts.gridrun import launch, run_grid
+from scaleformer.artifacts.masformer_bill import build_bill
 from scaleformer.artifacts.perplexity_figure import build_perplexity_figure
 from scaleformer.artifacts.perplexity_tables import build_perplexity
 from scaleformer.artifacts.tables import build_table
@@ -67,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
             select_methods(spec, args.methods)
         except ValueError as e:
             ap.error(str(e).replace("METHODS=", "--methods ", 1))
+    if spec["profiles"][args.profile].get("prices"):  # a counted bill (MASFormer's): nothing runs
+        where = Path(args.out_dir) if args.out_dir else Path("results") / "dryrun"
+        for kind, p in build_bill(spec, args.profile, where, methods=args.methods).items():
+            print(f"wrote bill ({kind}): {p}")
+        return 0
     # Only the paper profile's artifacts belong in results/ itself; smoke profiles stay apart.
     base = Path("results") if args.profile == "paper" else Path("results") / args.profile
     problems: list[str] = []
