@@ -30,7 +30,7 @@ def _spec() -> dict[str, Any]:
 def _seeds(rows: list[dict[str, str]]) -> str:
     counts = sorted({r["seeds"] for r in rows if r["status"] == "ok"})
     docs = sorted({r["docs"] for r in rows if r["status"] == "ok"})
-    return f"{'/'.join(counts)} seed(s) pooled, {'/'.join(docs)} test documents"
+    return f"{'/'.join(counts)} {'seed' if counts == ['1'] else 'seeds'} pooled, {'/'.join(docs)} test documents"
 
 
 def render_masformer_table1(results: Path, column: str = "arxiv") -> str:
