@@ -80,10 +80,9 @@ def load(path: str | Path, map_location: Any = "cpu", mmap: bool = False,
 
 def upgrade_state(state: dict[str, Any]) -> dict[str, Any]:
     """Weights saved before the backbone moved under the model class's ``backbone.`` (``model.X`` ->
-    ``model.backbone.X``), so earlier runs still resume and load; newer states pass through, and so do a decoder-only
-    model's (``model.transformer.X``: no encoder, never in the old layout)."""
-    if any(k.startswith(_BACKBONE) for k in state) or not any(k.startswith("model.") for k in state) or \
-            not any("encoder." in k for k in state):
+    ``model.backbone.X``), so earlier runs still resume and load; newer states pass through (a decoder-only run's
+    too: its model class holds the backbone under the same prefix)."""
+    if any(k.startswith(_BACKBONE) for k in state) or not any(k.startswith("model.") for k in state):
         return state
     return {(_BACKBONE + k[len("model."):] if k.startswith("model.") else k): v for k, v in state.items()}
 
