@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from conftest import compose
 
@@ -30,15 +32,33 @@ def records(path: Path) -> Iterator[bytes]:
         if n == 0 and kind == 0:
             off += left
             continue
+        if off + 7 + n > len(b):
+            return  # a record still being written
         data, off = b[off + 7:off + 7 + n], off + 7 + n
         parts = data if kind in (1, 2) else parts + data
         if kind in (1, 4):
             yield parts
 
 
-def test_an_offline_wandb_run_holds_the_tables_the_summary_and_the_model(tmp_path):
+def closed_log(path: Path, wait_s: float = 60.0) -> list[Any]:
+    """The log's records once its ``exit`` record is on disk: wandb's service writes the log in its own process
+    and, on a loaded machine, can still be writing the last records (the model artifact among them) when
+    ``finish()`` has returned."""
     from wandb.proto import wandb_internal_pb2 as pb
 
+    deadline = time.monotonic() + wait_s
+    while True:
+        recs = []
+        for data in records(path):
+            r = pb.Record()
+            r.ParseFromString(data)
+            recs.append(r)
+        if any(r.WhichOneof("record_type") == "exit" for r in recs) or time.monotonic() > deadline:
+            return recs
+        time.sleep(0.2)
+
+
+def test_an_offline_wandb_run_holds_the_tables_the_summary_and_the_model(tmp_path):
     out = run(compose([f"paths.root={tmp_path}/results", f"paths.cache={tmp_path}/cache", "logger=wandb",
                        "method=truncation", "data.synthetic_docs.train=4", "data.synthetic_docs.validation=3",
                        "data.synthetic_docs.test=2", "data.synthetic_words=150", "trainer.max_steps=4",
@@ -52,11 +72,10 @@ def test_an_offline_wandb_run_holds_the_tables_the_summary_and_the_model(tmp_pat
     assert val[0]["columns"] == ["id", "prediction", "reference", "rougeL"]
     final = {s: json.loads(next((tables / s).glob("predictions_*.table.json")).read_text()) for s in ("validation", "test")}
     assert [len(final[s]["data"]) for s in ("validation", "test")] == [3, 2]  # every document of the evaluation
-    summary, config, artifacts = {}, [], []
-    for data in records(next(folder.glob("run-*.wandb"))):
-        r = pb.Record()
-        r.ParseFromString(data)
+    summary, config, artifacts, kinds = {}, [], [], []
+    for r in closed_log(next(folder.glob("run-*.wandb"))):
         kind = r.WhichOneof("record_type")
+        kinds.append(kind)
         if kind == "summary":
             summary.update({u.key: json.loads(u.value_json) for u in r.summary.update if u.key})
         elif kind == "config":
@@ -66,4 +85,4 @@ def test_an_offline_wandb_run_holds_the_tables_the_summary_and_the_model(tmp_pat
     assert summary["test/rougeL"] == out["splits"]["test"]["rougeL"]
     assert summary["validation/n_examples"] == 3
     assert any('"truncation"' in c and "max_new_tokens" in c for c in config)  # the resolved config
-    assert (f"model-{out['run_id']}", "model") in artifacts  # the exported model, logged
+    assert (f"model-{out['run_id']}", "model") in artifacts, (artifacts, kinds[-6:])  # the exported model, logged
