@@ -57,13 +57,14 @@ class Cell:
 
 def load_spec(path: str | Path) -> dict[str, Any]:
     """An artifact's spec; with ``same_runs_as: <artifact>``, that artifact's grid (rows, profiles, backbones,
-    columns) under this one's own keys, so one set of runs serves both (MASFormer's Figure 3 reads Table 1's)."""
+    columns) under this one's own keys, so one set of runs serves both (MASFormer's Figure 3 reads Table 1's); the
+    other artifact's paper values as ``runs_paper``."""
     with open(path, encoding="utf-8") as f:
         spec = yaml.safe_load(f)
     if spec.get("same_runs_as"):
         parent = load_spec(Path(path).with_name(f"{spec['same_runs_as']}.yaml"))
         own = ("artifact", "title", "kind", "paper", "comparisons", "same_runs_as")
-        spec = {**{k: v for k, v in parent.items() if k not in own}, **spec}
+        spec = {**{k: v for k, v in parent.items() if k not in own}, "runs_paper": parent.get("paper", {}), **spec}
     return spec
 
 

@@ -143,19 +143,22 @@ def recheck(spec: dict[str, Any], csv_path: Path, scores_dir: Path) -> list[str]
 
 
 def recheck_figure(spec: dict[str, Any], csv_path: Path, scores_dir: Path) -> list[str]:
-    """A figure's points (each plotted metric's mean and interval) recomputed from ``scores_dir`` alone."""
+    """A figure's points (each plotted metric's mean and interval) recomputed from ``scores_dir`` alone: a sweep's
+    (one split: ``spec["split"]``) or a grid's (a ``split`` column naming one of ``spec["splits"]``)."""
     problems = []
     for r in csv.DictReader(csv_path.open()):
         if r["status"] != "ok" or not r.get("evaluation"):
             continue
-        per_seed = _archived(scores_dir, r, spec["split"], csv_path.name, problems)
+        split, point = ((spec["splits"][r["split"]], f"{r['split']} {r['method']} on {r['dataset']}") if "sweep" not in r
+                        else (spec["split"], f"{r['sweep']}={r['value']}"))
+        per_seed = _archived(scores_dir, r, split, csv_path.name, problems)
         if per_seed is None:
             continue
         extra = [k.removesuffix("_ci_low") for k in r if k.endswith("_ci_low") and k != "ci_low"]
         for k, v in point_fields(spec["metric"], extra, per_seed).items():
             if _differs(_value(r.get(k, "")), v):
-                problems.append(f"{csv_path.name}: {r['sweep']}={r['value']}: {k} is {r.get(k)!r} in the CSV, "
-                                f"{v!r} from the archived scores")
+                problems.append(f"{csv_path.name}: {point}: {k} is {r.get(k)!r} in the CSV, {v!r} from the archived "
+                                "scores")
     return problems
 
 
@@ -181,4 +184,9 @@ def recheck_all(tables: Path) -> list[str]:
             problems += check(spec, table, folder)
         except (ValueError, KeyError, TypeError) as e:  # a malformed file: one line naming it, not a traceback
             problems.append(f"{table}: cannot be rechecked: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    for path in sorted(experiments_dir().glob("*.yaml")):  # figures drawn from another artifact's archived runs
+        spec = load_spec(path)
+        figure = tables / f"{path.stem}.csv"
+        if spec.get("kind") == "metric_by_cost" and figure.is_file():
+            problems += recheck_figure(spec, figure, tables / "scores" / spec["same_runs_as"])
     return problems

@@ -19,6 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from scaleformer.artifacts.cost_figure import build_cost_figure
 from scaleformer.artifacts.cost_report import build_costs
 from scaleformer.artifacts.costs import paper_estimate
 from scaleformer.artifacts.figures import build_figure
@@ -97,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
               "Rendering what exists.", file=sys.stderr)
         for p in problems:
             print(f"  {p}", file=sys.stderr)
-    build = {"perplexity": build_perplexity, "perplexity_by_length": build_perplexity_figure}.get(
+    build = {"perplexity": build_perplexity, "perplexity_by_length": build_perplexity_figure,
+             "metric_by_cost": build_cost_figure}.get(
         spec.get("kind"), build_figure if "sweeps" in spec else build_table)
     try:
         # A dry run's scores come from random weights: its score table is a check of the path, kept apart.

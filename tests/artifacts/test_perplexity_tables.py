@@ -112,6 +112,39 @@ def test_masformer_table2_smoke_renders_rouge_rows_on_the_profiles_own_column(tm
     assert rows and rows[0]["status"] == "ok" and rows[0]["paper"] == "4.32"
 
 
+def test_masformer_figure4_draws_table2s_runs_against_their_share_of_full_attentions_cost(tmp_path):
+    """Figure 4 reads Table 2's runs: C from each run's record as a share of full attention's (the tiny sizes
+    land on the paper's shares), R-2 with its interval, rechecked from the scores Table 2 archives."""
+    from scaleformer.artifacts import tables
+    from scaleformer.artifacts.cost_figure import build_cost_figure
+    from scaleformer.artifacts.gridrun import run_grid
+    from scaleformer.artifacts.scores_archive import recheck_all, recheck_figure
+
+    table2 = grid.load_spec(ROOT / "experiments" / "masformer_table2.yaml")
+    spec = grid.load_spec(ROOT / "experiments" / "masformer_figure4.yaml")
+    rows = "full,block_2048,masformer_l4"
+    assert run_grid(table2, "smoke", tmp_path, methods=rows) == []
+    tables.build_table(table2, "smoke", tmp_path, tmp_path, methods=rows)  # archives the per-document scores
+    paths = build_cost_figure(spec, "smoke", tmp_path, tmp_path, methods=rows)
+    got = {(r["split"], r["method"]): r for r in csv.DictReader(paths["csv"].open())}
+    n, L = 256, 6
+    assert float(got[("test", "full")]["cost"]) == L * n * n and float(got[("test", "full")]["cost_share"]) == 1
+    assert float(got[("test", "block_2048")]["cost_share"]) == pytest.approx(64 / n)  # b / n
+    assert float(got[("test", "masformer_l4")]["cost_share"]) == pytest.approx((5 * 32 * n + n * n) / (L * n * n))
+    assert float(got[("dev", "masformer_l4")]["paper_cost_share"]) == pytest.approx(436 / 1610)  # the paper's 27%
+    assert got[("dev", "block_2048")]["paper"] == "5.03" and got[("test", "block_2048")]["paper"] == ""
+    for r in got.values():
+        assert r["status"] == "ok" and float(r["ci_low"]) <= float(r["ours"]) <= float(r["ci_high"])
+    assert paths["png"].read_bytes()[:4] == b"\x89PNG" and "| test | MASFormer (l=4) | l=1, b=32, bottom |" in \
+        paths["md"].read_text()
+    archived = tmp_path / "scores" / "masformer_table2"
+    assert recheck_figure(spec, paths["csv"], archived) == []
+    text = paths["csv"].read_text()
+    row = got[("dev", "full")]  # the CSV's first row
+    paths["csv"].write_text(text.replace(f",{row['ci_high']},", f",{float(row['ci_high']) + 1},", 1))
+    assert any("dev full on qmsum: ci_high" in p for p in recheck_all(tmp_path))  # found by render_results --check
+
+
 def test_the_placement_ablation_reuses_table2s_runs_and_moves_only_the_full_layers(tmp_path):
     from scaleformer.artifacts import tables
     from scaleformer.artifacts.gridrun import run_grid
