@@ -61,6 +61,8 @@ COVERAGE: list[tuple[str, str, str]] = [
      "tests/artifacts/test_masformer_bill.py::test_the_bill_counts_each_cell_from_its_own_spans"),
     (r"^make masformer_table2 PROFILE=smoke$", "test", "tests/artifacts/test_perplexity_tables.py::"
      "test_masformer_table2_smoke_renders_rouge_rows_on_the_profiles_own_column"),
+    (r"^make masformer_(table1|table2) PROFILE=rehearsal$", "test", "tests/artifacts/test_masformer_rehearsal.py::"
+     "test_masformer_rehearsal_reads_every_paper_source_through_its_real_loader"),
     (r"^make masformer_figure4 PROFILE=smoke$", "test", "tests/artifacts/test_perplexity_tables.py::"
      "test_masformer_figure4_draws_table2s_runs_against_their_share_of_full_attentions_cost"),
     (r"^make masformer_ablation PROFILE=smoke$", "test", "tests/artifacts/test_perplexity_tables.py::"

@@ -12,10 +12,15 @@ the download is exercised offline:
   past SLED's caps (64 tokens, QuALITY's 160), so the caps are exercised.
 - BookSum (``abertsch/booksum-fullbooks``): ``booksum-fullbooks/data/<split>-00000-of-00001.parquet`` with
   ``bid, source, title, summary, book``, a book once per summary source.
+- ArXiv and PubMed (Cohan et al. 2018; ``ccdv/arxiv-summarization``, ``ccdv/pubmed-summarization``, MASFormer's
+  perplexity and summarization data): ``<name>/{document,section}/<split>-00000-of-00001.parquet`` with
+  ``article, abstract``, the two configurations declared in the dataset card's ``configs`` (``README.md``), as
+  the hub's Parquet conversion lays them out; ``section`` separates the article's sections by newlines.
 
-Lengths: each task's average input words from the SCROLLS paper (Shaham et al., 2022, Table 1) and BookSum's
-from the ScaleFormer paper ("averaging over 140,000 tokens": 120,700 words, as ``data=dryrun_booksum``), times
-``scale``. The text is the synthetic town ledgers (:mod:`scaleformer.data.synthetic`): its numbers mean
+Lengths: each task's average input words from the SCROLLS paper (Shaham et al., 2022, Table 1), BookSum's
+from the ScaleFormer paper ("averaging over 140,000 tokens": 120,700 words, as ``data=dryrun_booksum``) and
+ArXiv's and PubMed's articles and abstracts from Cohan et al. (2018, Table 1: 4,938 and 3,016 words; 220 and 203),
+times ``scale``. The text is the synthetic town ledgers (:mod:`scaleformer.data.synthetic`): its numbers mean
 nothing; the layout, lengths and loaders are the rehearsal's point.
 """
 
@@ -145,15 +150,62 @@ def write_booksum(folder: Path, docs: dict[str, int], scale: float) -> Path:
     return folder
 
 
+COHAN = {"arxiv-summarization": (4938, 220), "pubmed-summarization": (3016, 203)}  # article, abstract words
+COHAN_DATA = {"arxiv": "arxiv-summarization", "arxiv_lm": "arxiv-summarization", "pubmed_lm": "pubmed-summarization"}
+
+
+def cohan_rows(name: str, split: str, n_docs: int, scale: float, seed: int = 0) -> list[dict[str, Any]]:
+    """One split of ArXiv or PubMed: an article (sections on their own lines) and its abstract."""
+    words, summary_words = COHAN[name]
+    rng = random.Random(stream_seed(seed, f"mirror-{name}-{split}"))
+    rows = []
+    for _ in range(n_docs):
+        article, abstract, _, _ = make_ledger(rng, max(200, round(words * scale)), (8, 16))
+        sentences = article.split(". ")
+        sections = "\n".join(". ".join(sentences[i:i + 12]) for i in range(0, len(sentences), 12))
+        rows.append({"article": sections,
+                     "abstract": " ".join(abstract.split()[: max(20, round(summary_words * scale))])})
+    return rows
+
+
+def _card(configs: tuple[str, ...]) -> str:
+    """The dataset card's YAML header: each configuration's files per split, as the hub's conversion writes it."""
+    lines = ["---", "configs:"]
+    for c in configs:
+        lines += [f"- config_name: {c}", "  data_files:"]
+        lines += [f"  - split: {s}\n    path: {c}/{s}-*" for s in SPLITS]
+    return "\n".join([*lines, "---", ""])
+
+
+def write_cohan(folder: Path, docs: dict[str, int], scale: float) -> Path:
+    """``folder/{document,section}/<split>-00000-of-00001.parquet`` and the card declaring both configurations;
+    ``folder``'s name says which data set (``arxiv-summarization``, ``pubmed-summarization``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with atomic_dir(folder) as tmp:
+        (tmp / "README.md").write_text(_card(("document", "section")))
+        for config in ("document", "section"):
+            (tmp / config).mkdir()
+            for split in SPLITS:
+                rows = cohan_rows(folder.name, split, docs.get(split, 0), scale)
+                if config == "document":  # the whole article on one line
+                    rows = [{**r, "article": " ".join(r["article"].split("\n"))} for r in rows]
+                pq.write_table(pa.Table.from_pylist(rows), tmp / config / f"{split}-00000-of-00001.parquet")
+    return folder
+
+
 def write_mirrors(root: str | Path, docs: dict[str, int] | None = None, scale: float = 1.0,
-                  tasks: list[str] | None = None, booksum: bool = True) -> dict[str, Path]:
+                  tasks: list[str] | None = None, booksum: bool = True, cohan: bool = True) -> dict[str, Path]:
     """Every mirror under ``root`` (``docs``: documents per split, default 4 / 2 / 2; ``scale``: of the real
-    lengths); returns each source's path (SCROLLS tasks by name, ``booksum``)."""
+    lengths); returns each source's path (SCROLLS tasks by name, ``booksum``, ArXiv's and PubMed's folders)."""
     root = Path(root)
     docs = docs or {"train": 4, "validation": 2, "test": 2}
     out: dict[str, Path] = dict(write_scrolls(root, docs, scale, tasks))
     if booksum:
         out["booksum"] = write_booksum(root / "booksum-fullbooks", docs, scale)
+    if cohan:
+        out.update({name: write_cohan(root / name, docs, scale) for name in COHAN})
     return out
 
 
@@ -169,15 +221,18 @@ def ensure(data: Any, docs: dict[str, int], scale: float) -> list[Path]:
             if zip_path is not None and zip_path.stem in TASKS and not zip_path.is_file():
                 written.append(write_task(zip_path.stem, zip_path, docs, scale))
     hub = str(data.get("hub_id") or "")
-    if data.get("name") == "booksum" and hub.startswith((".", "/", "~")) and not Path(hub).expanduser().exists():
-        written.append(write_booksum(Path(hub).expanduser(), docs, scale))  # a folder, never a hub id
+    local = hub.startswith((".", "/", "~")) and not Path(hub).expanduser().exists()  # a folder, never a hub id
+    if local and data.get("name") == "booksum":
+        written.append(write_booksum(Path(hub).expanduser(), docs, scale))
+    elif local and Path(hub).name in COHAN and data.get("name") in COHAN_DATA:
+        written.append(write_cohan(Path(hub).expanduser(), docs, scale))
     return written
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(description="Write local mirrors of SCROLLS and BookSum (their real layout, "
+    ap = argparse.ArgumentParser(description="Write local mirrors of SCROLLS, BookSum, ArXiv and PubMed (their real layout, "
                                  "generated text) for a rehearsal of the paper profile offline.")
     ap.add_argument("root", type=Path)
     ap.add_argument("--scale", type=float, default=1.0, help="of the real document lengths (default 1)")

@@ -287,9 +287,13 @@ class HubSource(Source):
             raise self._error("offline mode is enabled (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)")
         self.check()
         data_files = _extract_local(json.loads(json.dumps(c.data_files)), Path(c.cache_dir)) if c.data_files else None
+        folder = local_fingerprint(c.hub_id)
+        # a local folder's arrow cache keyed by its files: datasets keys a folder whose card declares `configs` by
+        # the card alone, so rewritten files would load stale (huggingface/datasets#2956, #6465)
+        where = {"cache_dir": str(Path(c.cache_dir) / "local_datasets" / folder)} if folder else {}
         t0 = time.perf_counter()
         try:
-            ds = datasets.load_dataset(c.hub_id, c.hub_config, revision=c.revision, data_files=data_files)
+            ds = datasets.load_dataset(c.hub_id, c.hub_config, revision=c.revision, data_files=data_files, **where)
         except Exception as e:
             msg = "; ".join(f"{type(x).__name__}: {str(x).splitlines()[0] if str(x) else ''}"
                             for x in dict.fromkeys(x for x in (e, e.__cause__) if x is not None))
@@ -316,8 +320,24 @@ class HubSource(Source):
 
     def identity(self, role: str) -> dict[str, Any]:
         c = self.cfg
+        folder = local_fingerprint(c.hub_id)
         return {"hub_id": c.hub_id, "config": c.hub_config, "revision": c.revision,
-                "data_files": json.loads(json.dumps(c.data_files, sort_keys=True, default=str))}
+                "data_files": json.loads(json.dumps(c.data_files, sort_keys=True, default=str)),
+                **({"files": folder} if folder else {})}  # a local folder: its contents, not only its path
+
+
+def local_fingerprint(hub_id: str) -> str | None:
+    """A digest of (relative path, size, modification time) of every file under a local dataset folder (None for a
+    hub id): changes when a file does, without reading gigabytes."""
+    root = Path(hub_id).expanduser()
+    if not root.is_dir():
+        return None
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and ".cache" not in p.relative_to(root).parts:
+            st = p.stat()
+            h.update(f"{p.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:20]
 
 
 # A file inside a local archive, as fsspec chains it: zip://<member>::<path of the .zip>.
