@@ -37,7 +37,7 @@ from scaleformer.artifacts.significance import mark_meaning, seed_spread, seeds_
 from scaleformer.io import atomic_write_bytes, atomic_write_text  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results_masformer import render_masformer_table1  # noqa: E402
+from results_masformer import render_masformer_ablation, render_masformer_table1, render_masformer_table2  # noqa: E402
 from results_runs import (  # noqa: E402
     LABELS,
     MissingResults,
@@ -93,13 +93,13 @@ def _provenance(artifact: str, rows: list[dict[str, str]], sub: str = "") -> str
 
 
 def render_table(artifact: str, split: str, metrics: list[str], sub: str = "") -> str:
-    from scaleformer.artifacts.grid import column_label
+    from scaleformer.artifacts.grid import baseline, column_label, profile_datasets, seeds
 
     spec, rows = _table(artifact, sub)
-    cols = [(ds, m) for ds in spec["datasets"] for m in metrics]
-    head = [f"{column_label(spec, 'tiny', ds).removeprefix('synthetic ')} {LABELS[m]}" if len(spec["datasets"]) > 1
+    columns = profile_datasets(spec, "tiny")
+    cols = [(ds, m) for ds in columns for m in metrics]
+    head = [f"{column_label(spec, 'tiny', ds).removeprefix('synthetic ')} {LABELS[m]}" if len(columns) > 1
             else LABELS[m] for ds, m in cols]
-    from scaleformer.artifacts.grid import baseline, seeds
     from scaleformer.artifacts.significance import cell_text, seed_counts, table_caption
 
     lines = [f"| {split} | {' | '.join(head)} |", "|---|" + "---|" * len(cols)]
@@ -291,6 +291,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "selector-picks": render_selector_picks,
     "dryrun-costs": lambda: render_dryrun_costs(RESULTS),
     "masformer_table1-tiny": lambda: render_masformer_table1(RESULTS),
+    "masformer_table2-tiny": lambda: render_masformer_table2(RESULTS),
+    "masformer_ablation-tiny": lambda: render_masformer_ablation(RESULTS),
 }
 
 

@@ -75,3 +75,156 @@ def reading(results: Path, column: str = "arxiv") -> str:
         if group:
             parts.append(f"{name}: " + "; ".join(group) + ".")
     return " ".join(parts)
+
+
+def _load(name: str) -> dict[str, Any]:
+    from scaleformer.artifacts.grid import load_spec
+    from scaleformer.resources import experiments_dir
+
+    return load_spec(experiments_dir() / f"{name}.yaml")
+
+
+def _point(r: dict[str, str] | None) -> str:
+    if not r or not r.get("ours"):
+        return (r or {}).get("status") or "–"
+    return f"{float(r['ours']):.1f} [{float(r['ci_low']):.1f}, {float(r['ci_high']):.1f}]"
+
+
+def _paired(t: dict[str, str] | None) -> str:
+    if not t or not t.get("p_holm"):
+        return "–"
+    return (f"{float(t['diff_vs_baseline']):+.1f} [{float(t['diff_ci_low']):+.1f}, {float(t['diff_ci_high']):+.1f}], "
+            f"p = {float(t['p_holm']):.2g}")
+
+
+def ordering(spec: dict[str, Any], pairs: list[tuple[str, str, dict[str, str]]], paper_column: str, at: int) -> str:
+    """Each (row, against, its paired test) as the paper orders the two (its validation values, ``at`` in its
+    [R-1, R-2, R-L]) beside ours (the paired test on the held-out test split, Holm-adjusted); then the count."""
+    labels, paper = spec["method_labels"], spec["paper"]["dev"]
+    agree, against, unshown = [], [], []
+    for method, base, t in pairs:
+        theirs = [(paper.get(m) or {}).get(paper_column) for m in (method, base)]
+        if not t.get("p_holm") or any(v is None or v[at] is None for v in theirs):
+            continue
+        a, b = theirs[0][at], theirs[1][at]  # type: ignore[index]
+        want, diff, p = "above" if a > b else "below", float(t["diff_vs_baseline"]), float(t["p_holm"])
+        text = (f"{labels[method]} {want} {labels[base]} in the paper ({a} vs {b}); ours {diff:+.1f} "
+                f"[{float(t['diff_ci_low']):+.1f}, {float(t['diff_ci_high']):+.1f}], p = {p:.2g}")
+        (unshown if p >= ALPHA else agree if (diff > 0) == (want == "above") else against).append(text)
+    n = len(agree) + len(against) + len(unshown)
+    parts = [f"**Does the paper's ordering hold at tiny scale?** As the paper in {len(agree)} of {n} comparisons, "
+             f"against it in {len(against)}, no difference shown in {len(unshown)} (R-2, paired on the test "
+             f"documents, Holm-corrected, p < {ALPHA})."]
+    for name, group in (("As the paper", agree), ("Against the paper", against), ("No difference shown", unshown)):
+        if group:
+            parts.append(f"{name}: " + "; ".join(group) + ".")
+    return " ".join(parts)
+
+
+def _paired_from_archive(results: Path, artifact: str, rows: dict[str, dict[str, str]], method: str, base: str,
+                         column: str) -> dict[str, Any]:
+    """``method`` against ``base`` (R-2, test), paired on the documents from the scores archived beside the table:
+    for a comparison the table's one baseline does not make (Every 2 against Bottom 12)."""
+    from scaleformer.artifacts.scores_archive import read_archived
+    from scaleformer.artifacts.significance import annotate
+
+    scores, fresh = {}, []
+    for m in (method, base):
+        r = rows[m]
+        scores[("test", m, column)] = [
+            read_archived(results / "tiny" / "scores" / artifact / run / ev / "scores_test.jsonl")
+            for run, ev in zip(r["run_id"].split(";"), r["evaluation"].split(";"), strict=True)]
+        fresh.append({"split": "test", "method": m, "dataset": column, "metric": "rouge2", "ours": float(r["ours"])})
+    annotate(fresh, scores, base)
+    return {k: "" if v is None else str(v) for k, v in fresh[0].items()}
+
+
+def _slope(points: dict[str, dict[str, str]], low: str, high: str) -> float | None:
+    """R-2 gained per 10 points of C's share between two rows of one kind (descriptive: no test)."""
+    a, b = points.get(low), points.get(high)
+    if not a or not b or not a.get("ours") or not b.get("ours"):
+        return None
+    return 10 * (float(b["ours"]) - float(a["ours"])) / (100 * (float(b["cost_share"]) - float(a["cost_share"])))
+
+
+def render_masformer_table2(results: Path) -> str:
+    """The tiny Table 2 (and Figure 4's numbers): R-2 on validation and test against C's share, each row paired
+    against block attention at MASFormer l = 4's cost on the test split, the paper's QMSUM column beside."""
+    from scaleformer.artifacts.grid import profile_datasets
+
+    spec, figure = _load("masformer_table2"), _read(results / "tiny" / "masformer_figure4.csv")
+    column = profile_datasets(spec, "tiny")[0]
+    points = {(r["split"], r["method"]): r for r in figure if r["dataset"] == column}
+    tests = {r["method"]: r for r in _read(results / "tiny" / "masformer_table2.csv")
+             if (r["split"], r["dataset"], r["metric"]) == ("test", column, "rouge2")}
+    labels, base = spec["method_labels"], spec["baseline"]
+    docs = sorted({r["n_docs"] for r in figure if r.get("n_docs")})
+    lines = [f"From `results/tiny/masformer_table2.csv` and `masformer_figure4.csv` (`make masformer_table2 "
+             f"PROFILE=tiny`, then `masformer_figure4`): the decoder-only reader fine-tuned for summarization as "
+             f"language modeling at n = 1,024 (one seed; {'/'.join(docs)} documents a split; 95% interval over "
+             f"documents), beside the paper's QMSUM column (validation). `vs {labels[base]}`: R-2 minus its, paired "
+             "on the test documents, Holm-corrected.", "",
+             f"| row | ours | C / full | R-2 dev | R-2 test | vs {labels[base]} (test) | paper: C / full | paper: R-2 |",
+             "|---|---|---|---|---|---|---|---|"]
+    for method in spec["methods"]:
+        dev, test = points.get(("dev", method)), points.get(("test", method))
+        if dev is None and test is None:
+            continue
+        r = test or dev
+        share = f"{100 * float(r['cost_share']):.0f}%" if r and r.get("cost_share") else "–"
+        p_share = f"{100 * float(r['paper_cost_share']):.0f}%" if r and r.get("paper_cost_share") else "–"
+        lines.append(f"| {labels.get(method, method)} | {(r or {}).get('setting') or '–'} | {share} | {_point(dev)} | "
+                     f"{_point(test)} | {'baseline' if method == base else _paired(tests.get(method))} | {p_share} | "
+                     f"{(dev or {}).get('paper') or '–'} |")
+    test_points = {m: r for (s, m), r in points.items() if s == "test"}
+    slopes = {k: _slope(test_points, a, b) for k, (a, b) in
+              {"MASFormer": ("masformer_l4", "masformer_l12"), "block": ("block_2048", "block_4096"),
+               "window": ("window_1024", "window_2048")}.items()}
+    steep = ", ".join(f"{k} {v:+.1f}" for k, v in slopes.items() if v is not None)
+    pairs = [(m, base, t) for m, t in tests.items() if m != base]
+    return ("\n".join(lines) + "\n\n" + ordering(spec, pairs, "qmsum", 1)
+            + (f" Figure 4's slope (R-2 on test per 10 points of C's share, from its lowest to its highest row; "
+               f"descriptive, no test): {steep}." if steep else ""))
+
+
+def render_masformer_ablation(results: Path) -> str:
+    """The tiny Table 4: where the full layers sit, each placement against the bottom one of its own l (the table's
+    baseline for l = 8; for l = 12 paired from the archived scores) on the test split."""
+    from scaleformer.artifacts.grid import profile_datasets
+
+    spec = _load("masformer_ablation")
+    column = profile_datasets(spec, "tiny")[0]
+    rows = [r for r in _read(results / "tiny" / "masformer_ablation.csv") if r["dataset"] == column]
+    by = {(r["split"], r["method"], r["metric"]): r for r in rows}
+    labels, base = spec["method_labels"], spec["baseline"]
+    tests = {m: r for (s, m, metric), r in by.items() if s == "test" and metric == "rouge2" and r.get("ours")}
+    like = {m: (spec["rows"][m].get("like") or m) for m in tests}
+    paired = {m: tests[m] if like[m] == base else _paired_from_archive(results, "masformer_ablation", tests, m,
+                                                                        like[m], column)
+              for m in tests if like[m] != m and like[m] in tests}
+    lines = ["From `results/tiny/masformer_ablation.csv` (`make masformer_ablation PROFILE=tiny`; its bottom rows are "
+             "Table 2's runs): R-2 with its 95% interval over documents; each placement minus the bottom one of its "
+             "own l, paired on the test documents, Holm-corrected; the paper's QMSUM column beside.", "",
+             "| placement | ours | R-2 dev | R-2 test | vs the bottom l (test) | paper: R-2 |", "|---|---|---|---|---|---|"]
+    for method in spec["methods"]:
+        dev, test = by.get(("dev", method, "rouge2")), by.get(("test", method, "rouge2"))
+        if dev is None and test is None:
+            continue
+        paper = ((spec["paper"]["dev"].get(method) or {}).get("qmsum") or [None, None])[1]
+        lines.append(f"| {labels.get(method, method)} | {_setting(dev or test)} | {_point(dev)} | {_point(test)} | "
+                     f"{_paired(paired[method]) if method in paired else 'the bottom one'} | "
+                     f"{paper if paper is not None else '–'} |")
+    pairs = [(m, like[m], t) for m, t in paired.items()]
+    return "\n".join(lines) + "\n\n" + ordering(spec, pairs, "qmsum", 1)
+
+
+def _setting(r: dict[str, str] | None) -> str:
+    """A row's sizes from its run id's spec row (the CSV has none): ``l=2, top`` and the like."""
+    from scaleformer.artifacts.grid import row_overrides
+
+    if not r:
+        return "–"
+    spec = _load("masformer_ablation")
+    own = row_overrides(spec, spec["profiles"]["tiny"], r["method"])
+    got = dict(o.split("=", 1) for o in own)
+    return f"l={got['method.full_layers']}, {got.get('method.placement', 'bottom')}"
