@@ -56,6 +56,9 @@ def method_record(module: Any, run: dict[str, Any]) -> dict[str, Any]:
                      "model_type": getattr(module.model.backbone.config, "model_type", None)},
         "generation": run.get("generation") or dataclasses.asdict(module.gen_cfg),
         "max_input_tokens": run.get("max_input_tokens"),
+        # what the model was trained for: summarization (seq2seq, or document and summary as one sequence) or
+        # language modeling (continual training), and whether it is a causal LM (what the card's usage says)
+        "task": getattr(module, "task", "summarization"), "decoder_only": bool(spec.decoder_only),
         # a decoder-only model reads document and summary as one sequence: the summary's share of it
         **({"summary_tokens": module.room} if getattr(module, "decoder_only", False) else {}),
         "data": run.get("data"),

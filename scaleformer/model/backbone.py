@@ -7,6 +7,7 @@ with no hub and no GPU; `pretrained` loads exactly what a GPU user would get.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -103,7 +104,11 @@ def check_positions(cfg: BackboneConfig, conf: PretrainedConfig) -> None:
 def _read_config(cfg: BackboneConfig, tokenizer: Any) -> PretrainedConfig:
     if cfg.pretrained is not None:
         conf = _from_hub(AutoConfig.from_pretrained, cfg.pretrained, "model config", "backbone.pretrained")
-        for k, v in cfg.model_kwargs.items():
+        kwargs = dict(cfg.model_kwargs)
+        if is_export(conf):  # a scaleformer export: its backbone as that run trained it, its position table kept
+            conf = conf.backbone  # (duplicated to that run's length: the backbone option's own count is smaller)
+            kwargs = {k: v for k, v in kwargs.items() if k not in ("n_positions", "max_position_embeddings")}
+        for k, v in kwargs.items():
             setattr(conf, k, v)
         return conf
     base = architecture_file(cfg.config_file) if cfg.config_file else {}
@@ -241,6 +246,35 @@ def compile_decoder(model: PreTrainedModel, backend: str) -> None:
         layer.compile(backend=backend)
 
 
+def is_export(conf: PretrainedConfig | None) -> bool:
+    """A model config this project exported (``model_type: scaleformer``): a backbone and the method it ran."""
+    return getattr(conf, "model_type", None) == "scaleformer"
+
+
+def export_folder(pretrained: str) -> bool:
+    """``backbone.pretrained`` names a local folder this project exported (read before any weights)."""
+    path = Path(pretrained).expanduser() / "config.json"
+    try:
+        return path.is_file() and json.loads(path.read_text(encoding="utf-8")).get("model_type") == "scaleformer"
+    except (OSError, ValueError):
+        return False  # the loader says what is wrong with it
+
+
+def export_backbone(path: str, fresh: PreTrainedModel) -> PreTrainedModel:
+    """``fresh`` (built from the export's backbone config) holding the export's backbone weights, without the
+    method that ran on them: continual training's model, fine-tuned next with whatever method the new run names
+    (MASFormer's chain: continue the LM at long length, then fine-tune it)."""
+    wrapped = (AutoModelForCausalLM if decoder_only(fresh.config) else AutoModelForSeq2SeqLM).from_pretrained(path)
+    try:
+        fresh.load_state_dict(wrapped.backbone.state_dict())
+    except RuntimeError as e:  # a backbone.model_kwargs shape that is not the export's
+        first = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), str(e).splitlines()[0]).rstrip(".")
+        raise ConfigError(f"backbone.pretrained={path!r}: the export's weights do not fit the backbone built from "
+                          f"its config and backbone.model_kwargs ({first}); drop the model_kwargs that change its "
+                          "shape") from None
+    return fresh.train()  # from_pretrained's eval mode would fine-tune without dropout
+
+
 def build_model(cfg: BackboneConfig, conf: PretrainedConfig, weights: bool = True) -> PreTrainedModel:
     """The backbone: pretrained weights when ``cfg.pretrained`` (and ``weights``), else random ones."""
     kwargs: dict[str, Any] = {}
@@ -250,7 +284,9 @@ def build_model(cfg: BackboneConfig, conf: PretrainedConfig, weights: bool = Tru
     if decoder_only(conf) and cfg.compile_encoder:
         raise ConfigError(f"backbone.compile_encoder={cfg.compile_encoder!r}: the decoder-only backbone {cfg.name!r} "
                           "has no encoder; use backbone.compile_decoder")
-    if cfg.pretrained is not None and weights:
+    if cfg.pretrained is not None and weights and export_folder(cfg.pretrained):
+        model = export_backbone(cfg.pretrained, auto.from_config(conf, **kwargs))
+    elif cfg.pretrained is not None and weights:
         # Weights are data: safetensors, or a pickled .bin read with torch.load(weights_only=True).
         try:
             model = _from_hub(auto.from_pretrained, cfg.pretrained, "model", "backbone.pretrained",

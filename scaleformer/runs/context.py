@@ -19,8 +19,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from scaleformer.config import Config, GenerationConfig, TrainerConfig
 from scaleformer.errors import ConfigError, check
+from scaleformer.export.folder import selection_kind
 from scaleformer.methods import method_config
-from scaleformer.runs import identity
+from scaleformer.resources import package_commit
+from scaleformer.runs import identity, runtime
 from scaleformer.runs.cost_schedule import schedule_steps
 from scaleformer.runs.run_config import RunConfig
 
@@ -318,3 +320,14 @@ class RunContext:
     @property
     def model_dir(self) -> Path:
         return self.run_dir / "model"
+
+
+def export_record(ctx: RunContext, described: dict[str, Any], selection: dict[str, Any]) -> dict[str, Any]:
+    """What an exported model records about the run that made it (see scaleformer.export.folder)."""
+    rc = ctx.cfg
+    return {"method": described, "backbone": {"name": rc.backbone.name, "pretrained": rc.backbone.pretrained},
+            "generation": dataclasses.asdict(rc.generation), "max_input_tokens": rc.data.max_input_tokens,
+            "data": rc.data.name, "metrics": dataclasses.asdict(rc.metrics), "run_id": ctx.run_id,
+            "training_hash": ctx.training_hash, "step": selection["step"], "selection": selection_kind(selection),
+            "seed": rc.seed, "commit": package_commit(),
+            "command": runtime.command_line(), "config": OmegaConf.to_container(rc.raw, resolve=True)}

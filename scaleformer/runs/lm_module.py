@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from scaleformer.config import OptimConfig
+from scaleformer.config import GenerationConfig, OptimConfig
 from scaleformer.data.synthetic_lm import beyond_block
 from scaleformer.methods.base import Method
 from scaleformer.model.backbone import build_model, prepare
@@ -43,9 +43,12 @@ class LanguageModelModule(OptimizedModule):
     hyperparameters), which rebuilds the backbone, routes it by the method, then loads the trained weights.
     """
 
+    task = "language_modeling"  # what an export's record and card say
+
     def __init__(self, model: torch.nn.Module | None = None, method: Method | None = None, tokenizer: Any = None,
                  optim: OptimConfig | None = None, meta: dict[str, Any] | None = None,
-                 run_config: dict[str, Any] | None = None, dependency_block: int = 1024) -> None:
+                 run_config: dict[str, Any] | None = None, dependency_block: int = 1024,
+                 generation: GenerationConfig | None = None) -> None:
         super().__init__()
         if model is None:
             if run_config is None:
@@ -56,7 +59,7 @@ class LanguageModelModule(OptimizedModule):
             ready = prepare(rc.backbone, rc.method)
             model, method, tokenizer, optim = build_model(rc.backbone, ready.conf, weights=False), ready.method, \
                 ready.tokenizer, rc.optim
-            dependency_block = rc.metrics.dependency_block
+            dependency_block, generation = rc.metrics.dependency_block, rc.generation
         if run_config is not None:
             self.save_hyperparameters({"run_config": run_config})
         # "lm.": its weights' names say which objective wrote them (a summarization checkpoint's are "model.")
@@ -65,6 +68,7 @@ class LanguageModelModule(OptimizedModule):
         self.lm = model if isinstance(model, ScaleformerForCausalLM) else ScaleformerForCausalLM.from_parts(model, method)
         self.method, self.tokenizer = self.lm.method, tokenizer
         self.optim_cfg = optim or OptimConfig()
+        self.gen_cfg = generation or GenerationConfig()  # what an export's generation config says
         self.meta = meta or {}
         self.dependency_block = dependency_block
         self.val_rows: list[dict[str, Any]] = []

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 
 from scaleformer.data.lm import LanguageModelingData
 from scaleformer.errors import ConfigError, redact_all
+from scaleformer.export.folder import add_results, export_model, export_target
 from scaleformer.io import atomic_write_jsonl, atomic_write_text
 from scaleformer.metrics.perplexity import perplexity
 from scaleformer.model.backbone import build_model
@@ -33,7 +34,7 @@ from scaleformer.resources import package_changes, package_commit
 from scaleformer.runs import checkpoints, runtime, wandb_logger
 from scaleformer.runs.callbacks import ExactResume, log_metrics
 from scaleformer.runs.console import count_parameters, summary_table
-from scaleformer.runs.context import RunContext, describe_method, validation_record
+from scaleformer.runs.context import RunContext, describe_method, export_record, validation_record
 from scaleformer.runs.lm_module import LanguageModelModule
 from scaleformer.runs.results import Results
 from scaleformer.runs.trainer import build_trainer, instantiate_all
@@ -71,7 +72,7 @@ def execute_lm(ctx: RunContext, ckpt: Path | None, attempt: Any) -> dict[str, An
     trainer = build_trainer(ctx, loggers, [*instantiate_all(rc.callbacks, "callbacks"), resume])
     model = build_model(rc.backbone, ready.conf)
     safe_config = redact_all(OmegaConf.to_container(rc.raw, resolve=True))
-    module = LanguageModelModule(model, method, ready.tokenizer, rc.optim,
+    module = LanguageModelModule(model, method, ready.tokenizer, rc.optim, generation=rc.generation,
                                  meta=checkpoints.metadata(rc.backbone.name, described, ctx.training_hash),
                                  run_config=safe_config, dependency_block=rc.metrics.dependency_block)
     log.info("run %s: %s on %s, %s (%s parameters), sequences of %d -> %s", ctx.run_id, rc.method_option,
@@ -94,9 +95,12 @@ def execute_lm(ctx: RunContext, ckpt: Path | None, attempt: Any) -> dict[str, An
         log.warning("no training and no trainer.ckpt_path: perplexity of the UNTRAINED (pretrained) weights")
         last = 0
     train_time = time.time() - t0
-    if rc.trainer.export_model and trained:
-        log.warning("trainer.export_model: not written for a decoder-only run yet (the checkpoints hold the "
-                    "weights; method.wrap rebuilds the routed model from the run's config)")
+    selection = {"rule": "last" if trained else "loaded", "step": last}
+    model_dir = export_target(ctx.model_dir, selection) if rc.trainer.export_model and trained else None
+    if model_dir is not None and runtime.is_rank_zero():
+        # the continually trained model as a folder: AutoModelForCausalLM loads it with its spans, and a
+        # fine-tuning run starts from it with backbone.pretrained=<this folder> (the paper's chain)
+        export_model(module, model_dir, export_record(ctx, described, selection))
     out_dir = ctx.result_dir(last)
     splits = {}
     for split in rc.trainer.eval_splits:
@@ -117,7 +121,7 @@ def execute_lm(ctx: RunContext, ckpt: Path | None, attempt: Any) -> dict[str, An
         data={"name": rc.data.name, "summary": dm.summary(rc.metrics.dependency_block)},
         device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", machine=runtime.machine(),
         world_size=int(trainer.world_size), seed=rc.seed, train_steps=last,
-        selection={"rule": "last" if trained else "loaded", "step": last}, train_time_s=round(train_time, 2),
+        selection=selection, train_time_s=round(train_time, 2),
         wall_time_s=round(time.time() - ctx.started, 2),
         versions={d: compat.installed(d) for d in ("torch", "transformers", "lightning")},
         patches=compat.report(), splits=splits, validation=validation_record(rc.trainer),
@@ -127,7 +131,9 @@ def execute_lm(ctx: RunContext, ckpt: Path | None, attempt: Any) -> dict[str, An
     atomic_write_text(out_dir / "config.yaml", config_text)
     results.write(out_dir)
     result = results.to_dict()
-    wandb_logger.close(trainer.loggers, None, ctx.run_id)
+    if model_dir is not None:
+        add_results(model_dir, result)  # the perplexity joins the model card
+    wandb_logger.close(trainer.loggers, model_dir, ctx.run_id)
     print(summary_table(result, out_dir), flush=True)
     return result
 

@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from scaleformer.data.datamodule import SummarizationDataModule
 from scaleformer.errors import ConfigError, redact_all
-from scaleformer.export.folder import add_results, export_model, export_target, selection_kind
+from scaleformer.export.folder import add_results, export_model, export_target
 from scaleformer.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from scaleformer.methods import Method
 from scaleformer.metrics import compute_metrics, reset_notices, resolve_bertscore_model
@@ -39,7 +39,7 @@ from scaleformer.model.backbone import build_model, decoder_only
 from scaleformer.model.backbone import prepare as prepare_backbone
 from scaleformer.ops import compat
 from scaleformer.resources import package_changes, package_commit
-from scaleformer.runs import checkpoints, identity, runtime, wandb_logger
+from scaleformer.runs import checkpoints, context, identity, runtime, wandb_logger
 from scaleformer.runs.callbacks import ExactResume, log_metrics
 from scaleformer.runs.causal_summary import CausalSummarizationModule, check_causal_summary
 from scaleformer.runs.console import count_parameters, log_to_file, quiet, summary_table
@@ -151,7 +151,7 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
     step, out_dir, export = selection["step"], ctx.result_dir(last), trained and ctx.cfg.trainer.export_model
     model_dir = export_target(ctx.model_dir, selection) if export else ctx.model_dir
     if export and runtime.is_rank_zero():
-        export_model(module, model_dir, export_record(ctx, parts.described, selection))
+        export_model(module, model_dir, context.export_record(ctx, parts.described, selection))
     splits = evaluate(ctx, parts, module, out_dir)
     if not runtime.is_rank_zero():
         return {}
@@ -288,17 +288,6 @@ def evaluate(ctx: RunContext, parts: Parts, module: SummarizationModule, out_dir
             for lg in wandb_logger.ours(parts.trainer.loggers):  # the summary and every document's prediction
                 lg.log_final(split, scored, out_dir)
     return splits
-
-
-def export_record(ctx: RunContext, described: dict[str, Any], selection: dict[str, Any]) -> dict[str, Any]:
-    """What an exported model records about the run that made it (see scaleformer.export.folder)."""
-    rc = ctx.cfg
-    return {"method": described, "backbone": {"name": rc.backbone.name, "pretrained": rc.backbone.pretrained},
-            "generation": dataclasses.asdict(rc.generation), "max_input_tokens": rc.data.max_input_tokens,
-            "data": rc.data.name, "metrics": dataclasses.asdict(rc.metrics), "run_id": ctx.run_id,
-            "training_hash": ctx.training_hash, "step": selection["step"], "selection": selection_kind(selection),
-            "seed": rc.seed, "commit": package_commit(),
-            "command": runtime.command_line(), "config": OmegaConf.to_container(rc.raw, resolve=True)}
 
 
 def claim_run_folder(ctx: RunContext, ckpt: Path | None) -> Path | None:
