@@ -21,7 +21,7 @@ METHODS ?=
 YES     ?=
 REPRO   = $(PY) scripts/reproduce.py --profile $(PROFILE) $(if $(FORCE),--force) $(if $(YES),--yes) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(foreach a,$(LAUNCHER_ARGS),--launcher-arg $(a)) $(if $(METHODS),--methods $(METHODS)) $(if $(OUT_DIR),--out-dir $(OUT_DIR))
 
-.PHONY: setup check-lock lock run default-results test test-all test-kernels test-compat lint clean table1 table2 table_qa masformer_table1 masformer_figure3 masformer_table2 masformer_figure4 masformer_ablation figure2 bench bench-step bench-step-compiled bench-compare gpu-check gpu-perf wheels
+.PHONY: setup check-lock lock run default-results test test-all test-kernels test-compat lint clean table1 table2 table_qa masformer_table1 masformer_figure3 masformer_table2 masformer_figure4 masformer_lm_placement masformer_ablation figure2 bench bench-step bench-step-compiled bench-compare gpu-check gpu-perf wheels
 
 setup: $(STAMP)
 
@@ -96,6 +96,9 @@ masformer_table2: setup  ## results/<profile>/masformer_table2.{md,csv,tex}: MAS
 
 masformer_figure4: setup  ## results/<profile>/masformer_figure4.{png,csv,md}: R-2 against C, from masformer_table2's runs (PROFILE=tiny by default)
 	$(subst --profile $(PROFILE),--profile $(if $(filter command line environment,$(origin PROFILE)),$(PROFILE),tiny),$(REPRO)) masformer_figure4
+
+masformer_lm_placement: setup  ## results/<profile>/masformer_lm_placement.{md,csv}: where the full layers sit on language modeling, Table 1's grid (PROFILE=tiny by default)
+	$(subst --profile $(PROFILE),--profile $(if $(filter command line environment,$(origin PROFILE)),$(PROFILE),tiny),$(REPRO)) masformer_lm_placement
 
 masformer_ablation: setup  ## results/<profile>/masformer_ablation.{md,csv,tex}: where MASFormer's full layers sit (PROFILE=tiny by default, or smoke)
 	$(subst --profile $(PROFILE),--profile $(if $(filter command line environment,$(origin PROFILE)),$(PROFILE),tiny),$(REPRO)) masformer_ablation

@@ -55,7 +55,8 @@ COVERAGE: list[tuple[str, str, str]] = [
      "tests/artifacts/test_gpu_perf.py::test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table"),
     (r"^make (table1|table2|figure2|table_qa) PROFILE=smoke$", "test",
      "tests/artifacts/test_tables.py::test_smoke_profile_runs_the_grid_and_renders_it"),
-    (r"^make (table1|table2|figure2|table_qa|masformer_(table1|figure3|table2|figure4|ablation)) PROFILE=tiny$", "long",
+    (r"^make (table1|table2|figure2|table_qa|masformer_(table1|figure3|table2|figure4|ablation|lm_placement)) "
+     r"PROFILE=tiny$", "long",
      "results/tiny/"),
     (r"^make masformer_table1 PROFILE=dryrun$", "test",
      "tests/artifacts/test_masformer_bill.py::test_the_bill_counts_each_cell_from_its_own_spans"),
@@ -183,7 +184,7 @@ def test_benchmark_paragraphs_quote_their_results_files():
 
 @pytest.mark.parametrize("artifact", ["table1", "table2", "figure2", "table_qa", "masformer_table1",
                                       "masformer_figure3", "masformer_table2", "masformer_figure4",
-                                      "masformer_ablation"])
+                                      "masformer_ablation", "masformer_lm_placement"])
 def test_tiny_profiles_compose(artifact):
     """The long ``make <artifact> PROFILE=tiny`` commands: every cell's config composes and validates."""
     from conftest import compose

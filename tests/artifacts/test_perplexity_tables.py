@@ -160,3 +160,17 @@ def test_the_placement_ablation_reuses_table2s_runs_and_moves_only_the_full_laye
     assert run_grid(spec, "smoke", tmp_path, methods="masformer_l8,masformer_l8_every") == []
     md = tables.build_table(spec, "smoke", tmp_path, tmp_path, methods="masformer_l8,masformer_l8_every")["md"]
     assert "| dev | Every 3 |" in md.read_text() and "(6.9)" in md.read_text()
+
+
+def test_the_lm_placement_rows_are_table1s_runs_but_for_the_moved_layers(tmp_path):
+    spec = grid.load_spec(ROOT / "experiments" / "masformer_lm_placement.yaml")
+    for profile in ("tiny", "paper"):
+        cells = {(c.method, c.seed): c for c in grid.expand_grid(spec, profile)}
+        same = {(c.method, c.seed): c for c in grid.expand_grid(SPEC, profile)}
+        grid.resolve_run_ids([*cells.values(), *same.values()], tmp_path)
+        for key in ((m, s) for m, s in cells if m in ("full", "block_2048", "masformer_l4")):
+            assert cells[key].run_id == same[key].run_id  # Table 1's own runs
+        for (method, seed), c in cells.items():
+            if method.startswith("masformer_l4_"):
+                moved = set(c.overrides) - set(cells[("masformer_l4", seed)].overrides)
+                assert moved == {f"method.placement={method.rsplit('_', 1)[1]}"}
