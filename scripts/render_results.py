@@ -37,7 +37,12 @@ from scaleformer.artifacts.significance import mark_meaning, seed_spread, seeds_
 from scaleformer.io import atomic_write_bytes, atomic_write_text  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results_masformer import render_masformer_ablation, render_masformer_table1, render_masformer_table2  # noqa: E402
+from results_masformer import (  # noqa: E402
+    render_masformer_ablation,
+    render_masformer_lm_placement,
+    render_masformer_table1,
+    render_masformer_table2,
+)
 from results_runs import (  # noqa: E402
     LABELS,
     MissingResults,
@@ -293,6 +298,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "masformer_table1-tiny": lambda: render_masformer_table1(RESULTS),
     "masformer_table2-tiny": lambda: render_masformer_table2(RESULTS),
     "masformer_ablation-tiny": lambda: render_masformer_ablation(RESULTS),
+    "masformer_lm_placement-tiny": lambda: render_masformer_lm_placement(RESULTS),
 }
 
 

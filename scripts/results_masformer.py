@@ -228,3 +228,28 @@ def _setting(r: dict[str, str] | None) -> str:
     own = row_overrides(spec, spec["profiles"]["tiny"], r["method"])
     got = dict(o.split("=", 1) for o in own)
     return f"l={got['method.full_layers']}, {got.get('method.placement', 'bottom')}"
+
+
+def render_masformer_lm_placement(results: Path, column: str = "arxiv") -> str:
+    """The placement question on language modeling: each row's pooled perplexity, then each comparison the spec
+    lists (per-document log-perplexity paired on documents and seeds, Holm-adjusted), in words."""
+    spec = _load("masformer_lm_placement")
+    rows = [r for r in _read(results / "tiny" / "masformer_lm_placement.csv") if r["dataset"] == column]
+    tests = [t for t in _read(results / "tiny" / "masformer_lm_placement-tests.csv") if t["dataset"] == column]
+    labels = spec["method_labels"]
+    lines = [f"From `results/tiny/masformer_lm_placement.csv` (`make masformer_lm_placement PROFILE=tiny`; its "
+             f"bottom, block and full rows are Table 1's runs): {_seeds(rows)}; 95% interval over documents.", "",
+             "| row | ours | C / full | ppl [95% CI] |", "|---|---|---|---|"]
+    for r in rows:
+        share = f"{100 * float(r['cost_share']):.0f}%" if r["cost_share"] else "–"
+        ppl = f"{float(r['ppl']):.2f} [{float(r['low']):.2f}, {float(r['high']):.2f}]" if r["status"] == "ok" \
+            else r["status"]
+        lines.append(f"| {labels.get(r['method'], r['method'])} | {r['setting'] or '–'} | {share} | {ppl} |")
+    said = []
+    for t in tests:
+        diff, p = float(t["diff"]), float(t["p_holm"])
+        verdict = "no difference shown" if p >= ALPHA else "lower perplexity" if diff < 0 else "higher perplexity"
+        said.append(f"{labels[t['row']]} against {labels[t['against']]}: {verdict} ({diff:+.3f} "
+                    f"[{float(t['low']):+.3f}, {float(t['high']):+.3f}] nats per token, p = {p:.2g})")
+    return "\n".join(lines) + "\n\n" + ("Paired, Holm-corrected over the " + str(len(said)) + " comparisons: "
+                                        + "; ".join(said) + "." if said else "No comparison has both rows yet.")
