@@ -21,6 +21,7 @@ from typing import Any
 
 from scaleformer.artifacts import grid
 from scaleformer.artifacts.grid import column_label, title
+from scaleformer.artifacts.perplexity_figure import png_bytes
 from scaleformer.artifacts.perplexity_tables import setting
 from scaleformer.artifacts.significance import point_fields, read_scores
 from scaleformer.artifacts.tables import collect
@@ -147,12 +148,7 @@ def plot(spec: dict[str, Any], profile: str, rows: list[dict[str, Any]]) -> byte
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(title(spec, profile), fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig, title(spec, profile))
 
 
 def build_cost_figure(spec: dict[str, Any], profile: str, root: Path, out_dir: Path,

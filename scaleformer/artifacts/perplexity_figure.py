@@ -92,7 +92,14 @@ def plot(spec: dict[str, Any], profile: str, rows: list[dict[str, Any]]) -> byte
         ax.set_ylabel("perplexity")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(title(spec, profile), fontsize=9)
+    return png_bytes(fig, title(spec, profile))
+
+
+def png_bytes(fig: Any, heading: str) -> bytes:
+    """A figure's PNG with its heading, reproducible byte for byte (no software stamp); the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(heading, fontsize=9)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120, metadata={"Software": None})
