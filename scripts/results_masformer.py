@@ -159,9 +159,11 @@ def render_masformer_table2(results: Path) -> str:
              if (r["split"], r["dataset"], r["metric"]) == ("test", column, "rouge2")}
     labels, base = spec["method_labels"], spec["baseline"]
     docs = sorted({r["n_docs"] for r in figure if r.get("n_docs")})
+    counts = sorted({int(r["n_seeds"]) for r in figure if r.get("n_seeds")})
+    seeds = "one seed" if counts == [1] else f"{' or '.join(map(str, counts))} seeds a row, pooled"
     lines = [f"From `results/tiny/masformer_table2.csv` and `masformer_figure4.csv` (`make masformer_table2 "
              f"PROFILE=tiny`, then `masformer_figure4`): the decoder-only reader fine-tuned for summarization as "
-             f"language modeling at n = 1,024 (one seed; {'/'.join(docs)} documents a split; 95% interval over "
+             f"language modeling at n = 1,024 ({seeds}; {'/'.join(docs)} documents a split; 95% interval over "
              f"documents), beside the paper's QMSUM column (validation). `vs {labels[base]}`: R-2 minus its, paired "
              "on the test documents, Holm-corrected.", "",
              f"| row | ours | C / full | R-2 dev | R-2 test | vs {labels[base]} (test) | paper: C / full | paper: R-2 |",
