@@ -213,20 +213,19 @@ def render_masformer_ablation(results: Path) -> str:
         if dev is None and test is None:
             continue
         paper = ((spec["paper"]["dev"].get(method) or {}).get("qmsum") or [None, None])[1]
-        lines.append(f"| {labels.get(method, method)} | {_setting(dev or test)} | {_point(dev)} | {_point(test)} | "
+        lines.append(f"| {labels.get(method, method)} | {_setting(spec, dev or test)} | {_point(dev)} | {_point(test)} | "
                      f"{_paired(paired[method]) if method in paired else 'the bottom one'} | "
                      f"{paper if paper is not None else '–'} |")
     pairs = [(m, like[m], t) for m, t in paired.items()]
     return "\n".join(lines) + "\n\n" + ordering(spec, pairs, "qmsum", 1)
 
 
-def _setting(r: dict[str, str] | None) -> str:
-    """A row's sizes from its run id's spec row (the CSV has none): ``l=2, top`` and the like."""
+def _setting(spec: dict[str, Any], r: dict[str, str] | None) -> str:
+    """A row's sizes from its spec row (the CSV has none): ``l=2, top`` and the like."""
     from scaleformer.artifacts.grid import row_overrides
 
     if not r:
         return "–"
-    spec = _load("masformer_ablation")
     own = row_overrides(spec, spec["profiles"]["tiny"], r["method"])
     got = dict(o.split("=", 1) for o in own)
     return f"l={got['method.full_layers']}, {got.get('method.placement', 'bottom')}"

@@ -225,6 +225,7 @@ class HubSource(Source):
         super().__init__(cfg)
         self._reachable = False
         self._dataset: Any = None
+        self._files: str | None = local_fingerprint(cfg.hub_id)  # once: identity (each role) and the load read it
 
     def describe(self) -> str:
         """What the user asked for, by its name: ``data=govreport: hub dataset 'tau/scrolls' (file
@@ -287,7 +288,7 @@ class HubSource(Source):
             raise self._error("offline mode is enabled (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)")
         self.check()
         data_files = _extract_local(json.loads(json.dumps(c.data_files)), Path(c.cache_dir)) if c.data_files else None
-        folder = local_fingerprint(c.hub_id)
+        folder = self._files
         # a local folder's arrow cache keyed by its files: datasets keys a folder whose card declares `configs` by
         # the card alone, so rewritten files would load stale (huggingface/datasets#2956, #6465)
         where = {"cache_dir": str(Path(c.cache_dir) / "local_datasets" / folder)} if folder else {}
@@ -319,8 +320,7 @@ class HubSource(Source):
         return RawSplit(where, name, _records(split.select_columns(required_fields(self.cfg))))
 
     def identity(self, role: str) -> dict[str, Any]:
-        c = self.cfg
-        folder = local_fingerprint(c.hub_id)
+        c, folder = self.cfg, self._files
         return {"hub_id": c.hub_id, "config": c.hub_config, "revision": c.revision,
                 "data_files": json.loads(json.dumps(c.data_files, sort_keys=True, default=str)),
                 **({"files": folder} if folder else {})}  # a local folder: its contents, not only its path
