@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,6 +49,25 @@ def compose(overrides: list[str] | None = None):
     from scaleformer.compose import compose_config
 
     return compose_config([*TEST_DEFAULTS, *(overrides or [])], str(CONF))
+
+
+def train_py(*args: str, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python train.py`` with the fast tier's defaults in a child process (Hydra's flags, e.g. ``-m``, first)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    flags = [a for a in args if a.startswith("-")]
+    rest = [a for a in args if not a.startswith("-")]
+    return subprocess.run([sys.executable, "train.py", *flags, *TEST_DEFAULTS, *rest], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def train_py_gloo(*args: str) -> subprocess.CompletedProcess:
+    """``train_py`` for a run of several CPU processes over gloo, every rank on loopback (one machine)."""
+    proc = train_py(*args, env={"GLOO_SOCKET_IFNAME": "lo"})
+    if proc.returncode < 0 and "terminate called" in proc.stderr:
+        # gloo's C++ side once aborted rank 1 right after joining, on a loaded CI machine (SIGABRT, no
+        # Python error): the launch is retried once; a second crash, or any Python error, still fails
+        proc = train_py(*args, env={"GLOO_SOCKET_IFNAME": "lo"})
+    return proc
 
 
 @pytest.fixture

@@ -6,8 +6,9 @@ weights, gradients and Adam state alone are ~23 GB in fp32), so this bill is cou
 
 - the model's shape from the spec (``shape``: Pythia-1.4B, 24 layers of width 2,048, vocabulary 50,304, untied
   input and output embeddings; ``L (12 d^2 + 13 d) + 2 d + 2 V d`` gives its published 1,414,647,808 parameters);
-- each cell's sequences: ``trainer.max_steps x data.batch_size`` of ``n = method.max_length`` tokens, from the
-  cell's own composed config (50,000 x 128 x 8,192 = 52B tokens: the paper's "50B");
+- each cell's sequences: ``trainer.max_steps`` x the effective batch (``data.batch_size x
+  trainer.accumulate_grad_batches x trainer.devices x trainer.num_nodes``) of ``n = method.max_length`` tokens, from
+  the cell's own composed config (50,000 x 128 x 8,192 = 52B tokens: the paper's "50B");
 - training FLOPs per sequence: ``6 n (N + V d)`` for the matmuls (N: the layers' parameters; the output head's
   ``V d``; the input embedding is a lookup) plus ``12 d`` per attended (query, key) pair (QK^T and AV, 2 d each,
   forward and twice that backward), with the pairs counted from the cell's own causal spans (the method's
@@ -32,6 +33,7 @@ from scaleformer.methods import build_method, method_config
 from scaleformer.model.spec import BackboneSpec
 from scaleformer.ops.span_cost import counted_cost, paper_cost
 from scaleformer.runs.context import to_config
+from scaleformer.runs.sharding import world_size
 
 H100_BF16_DENSE = 989.4e12  # FLOP/s, as scaleformer.artifacts.bill prices counted FLOPs
 
@@ -53,7 +55,10 @@ def cell_bill(rc: Any, shape: dict[str, Any]) -> dict[str, Any]:
     method = build_method(method_config(dataclasses.asdict(rc.method)), spec)
     n = int(rc.method.max_length)
     spans = method.layer_spans(L)
-    sequences = int(rc.trainer.max_steps) * int(rc.data.batch_size)
+    t = rc.trainer
+    batch = int(rc.data.batch_size) * int(t.accumulate_grad_batches) * world_size(
+        t.accelerator, t.devices, int(t.extra.get("num_nodes", 1) or 1))
+    sequences = int(t.max_steps) * batch
     pairs = counted_cost(spans, n)  # per sequence, all layers
     matmul = 6 * n * (parameters(shape)["layers"] + V * d)
     attention = 12 * d * pairs

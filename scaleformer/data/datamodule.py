@@ -214,7 +214,7 @@ class SummarizationDataModule(pl.LightningDataModule):
         if train:
             group = max(self.train_group, size)  # documents grouped by length: an optimizer step's (bucketing)
             lengths = self.datasets[split].lengths().tolist() if self.cfg.bucket and group > 1 else None
-            sampler: Any = ResumableSampler(len(self.datasets[split]), self.seed, lengths, group)
+            sampler: Any = ResumableSampler(len(self.datasets[split]), self.seed, lengths, group, batch_size=size)
         else:  # several documents a batch: of similar lengths, longest first (rows go back in file order by id)
             lengths = self.datasets[split].lengths().tolist() or [0] * len(self.datasets[split])
             lengths = lengths if first is None else lengths[:first]  # ``first``: only the split's first documents

@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader
 
 from scaleformer.config import DataConfig
 from scaleformer.data.errors import DataError
-from scaleformer.data.sampler import ResumableSampler
+from scaleformer.data.sampler import EvaluationShards, ResumableSampler
 from scaleformer.data.sources import configured_roles, make_source
 from scaleformer.data.synthetic_lm import beyond_block, dependency_tokens
 
@@ -108,14 +108,15 @@ class LanguageModelingData:
         assert self.packed is not None, "setup() first, with a train split"
         packed = self.packed
         return DataLoader(range(len(packed)), batch_size=self.cfg.batch_size,
-                          sampler=ResumableSampler(len(packed), self.seed), num_workers=self.cfg.num_workers,
+                          sampler=ResumableSampler(len(packed), self.seed, batch_size=self.cfg.batch_size), num_workers=self.cfg.num_workers,
                           collate_fn=lambda idx: {"input_ids": packed[list(idx)]}, drop_last=False)
 
     def dataloader(self, role: str, first: int | None = None) -> DataLoader:
         """The documents of ``role`` (the first ``first``), each cut to ``length``, padded on the right."""
         docs = self.docs[role][:first] if first is not None else self.docs[role]
         size = self.cfg.eval_batch_size or self.cfg.batch_size
-        return DataLoader(list(range(len(docs))), batch_size=size, shuffle=False,
+        # in file order; under several processes each takes as many batches (a sharded model's need)
+        return DataLoader(list(range(len(docs))), batch_size=size, sampler=EvaluationShards(len(docs), size),
                           collate_fn=lambda idx: self._eval_batch([docs[i] for i in idx]))
 
     def _eval_batch(self, docs: list[Document]) -> dict[str, Any]:

@@ -69,13 +69,14 @@ def method_record(module: Any, run: dict[str, Any]) -> dict[str, Any]:
     })
 
 
-def export_model(module: Any, out: Path, run: dict[str, Any]) -> Path:
-    """Write the model folder ``out`` from the trained module and the run's record; returns ``out``."""
+def export_model(module: Any, out: Path, run: dict[str, Any], state_dict: dict[str, Any] | None = None) -> Path:
+    """Write the model folder ``out`` from the trained module and the run's record; returns ``out``.
+    ``state_dict``: the weights to write instead of the module's own (a sharded module's, gathered whole)."""
     record = method_record(module, run)
     if hasattr(module.model.config, "method"):  # the method as it ran (a run may decide a runtime setting late),
         module.model.config.method = dataclasses.asdict(module.method.cfg)  # so config.json and the record agree
     with atomic_dir(out) as tmp:
-        module.model.save_pretrained(tmp)
+        module.model.save_pretrained(tmp, state_dict=state_dict)
         run_generation_config(module).save_pretrained(tmp)
         save_tokenizer(module.tokenizer, tmp)
         (tmp / META_FILE).write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")

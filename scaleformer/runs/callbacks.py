@@ -9,6 +9,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, TQDMProgressBar
 
 from scaleformer.config import BertScoreConfig, MetricsConfig
+from scaleformer.data.sampler import process_group
 from scaleformer.metrics import compute_metrics
 from scaleformer.ops import compat
 from scaleformer.progress import Lines, is_terminal
@@ -44,8 +45,8 @@ class ExactResume(pl.Callback):
     Each checkpoint records the epoch, the training samples of it already used and the RNG states
     (dropout, random middle tokens). On restore, the training sampler skips those samples and the
     RNG states are put back just before the first resumed step, after Lightning has built its data
-    iterators. Exact for single-process runs; under DDP Lightning's distributed sampler restarts the
-    epoch's order.
+    iterators. Under several processes (DDP, FSDP) each skips its own share of the order
+    (:func:`scaleformer.data.sampler.deal`) and gets its own RNG states back (gathered into the checkpoint).
     """
 
     KEY = "scaleformer_resume"
@@ -57,9 +58,10 @@ class ExactResume(pl.Callback):
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         done = trainer.fit_loop.epoch_loop.batch_progress.current.processed  # batches of this epoch trained on
+        states = rng_states()
         checkpoint[self.KEY] = {"epoch": trainer.current_epoch, "samples_done": int(done) * self.batch_size,
                                 "micro_batch": self.batch_size,  # a continued run keeps it (runs.memory)
-                                "rng": rng_states()}
+                                "rng": states, "rng_by_rank": all_ranks(states)}
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         state = checkpoint.get(self.KEY)
@@ -67,13 +69,27 @@ class ExactResume(pl.Callback):
             return
         if self.sampler is not None and hasattr(self.sampler, "resume_at"):
             self.sampler.resume_at(state["epoch"], state["samples_done"])
-        self._pending_rng = state["rng"]
+        by_rank, (rank, world) = state.get("rng_by_rank") or [], process_group()
+        # each process its own states when the checkpoint holds as many (else rank 0's: the same world or none)
+        self._pending_rng = by_rank[rank] if len(by_rank) == world else state["rng"]
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         if self._pending_rng is not None:
             set_rng_states(self._pending_rng)
             self._pending_rng = None
+
+
+def all_ranks(value: Any) -> list[Any]:
+    """``value`` from every process, by rank (a collective: every rank calls it); ``[value]`` alone."""
+    import torch.distributed as dist
+
+    world = process_group()[1]
+    if world == 1:
+        return [value]
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, value)
+    return out
 
 
 def rng_states() -> dict[str, Any]:

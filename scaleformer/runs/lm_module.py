@@ -25,6 +25,7 @@ from scaleformer.model.hf_causal import ScaleformerForCausalLM
 from scaleformer.runs.checkpoints import META_KEY
 from scaleformer.runs.context import to_config
 from scaleformer.runs.optimization import OptimizedModule
+from scaleformer.runs.sharding import shard
 
 log = logging.getLogger("scaleformer")
 
@@ -77,6 +78,12 @@ class LanguageModelModule(OptimizedModule):
     def model(self) -> torch.nn.Module:
         """The routed causal LM (what the shared optimiser reads)."""
         return self.lm
+
+    def configure_model(self) -> None:
+        """Under ``trainer.strategy=fsdp`` (the only strategy that gives the module a device mesh): shard the
+        routed LM layer by layer (:mod:`scaleformer.runs.sharding`)."""
+        if self.device_mesh is not None:
+            shard(self.lm, self.device_mesh["data_parallel"])
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.check_finite()  # never a checkpoint of diverged weights

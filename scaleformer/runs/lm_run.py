@@ -31,7 +31,7 @@ from scaleformer.model.backbone import build_model
 from scaleformer.model.backbone import prepare as prepare_backbone
 from scaleformer.ops import compat
 from scaleformer.resources import package_changes, package_commit
-from scaleformer.runs import checkpoints, runtime, wandb_logger
+from scaleformer.runs import checkpoints, runtime, sharding, wandb_logger
 from scaleformer.runs.callbacks import ExactResume, log_metrics
 from scaleformer.runs.console import count_parameters, summary_table
 from scaleformer.runs.context import RunContext, describe_method, export_record, validation_record
@@ -97,10 +97,11 @@ def execute_lm(ctx: RunContext, ckpt: Path | None, attempt: Any) -> dict[str, An
     train_time = time.time() - t0
     selection = {"rule": "last" if trained else "loaded", "step": last}
     model_dir = export_target(ctx.model_dir, selection) if rc.trainer.export_model and trained else None
+    whole = sharding.full_state(module.lm) if model_dir is not None else None  # sharded: gathered by every rank
     if model_dir is not None and runtime.is_rank_zero():
         # the continually trained model as a folder: AutoModelForCausalLM loads it with its spans, and a
         # fine-tuning run starts from it with backbone.pretrained=<this folder> (the paper's chain)
-        export_model(module, model_dir, export_record(ctx, described, selection))
+        export_model(module, model_dir, export_record(ctx, described, selection), state_dict=whole)
     out_dir = ctx.result_dir(last)
     splits = {}
     for split in rc.trainer.eval_splits:

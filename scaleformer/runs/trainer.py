@@ -17,7 +17,7 @@ import torch
 
 from scaleformer.errors import ConfigError
 from scaleformer.ops import compat
-from scaleformer.runs import checkpoints
+from scaleformer.runs import checkpoints, sharding
 from scaleformer.runs.callbacks import progress_callback
 from scaleformer.runs.context import RunContext
 
@@ -87,6 +87,8 @@ def build_trainer(ctx: RunContext, loggers: list[Any], callbacks: list[Any]) -> 
     extra = dict(t.extra)
     plugins = extra.pop("plugins", None) or []
     plugins = [*(plugins if isinstance(plugins, list) else [plugins]), checkpoints.AtomicCheckpointIO()]
+    if extra.get("strategy") == sharding.FSDP:  # ours: FSDP2 through ModelParallelStrategy (runs.sharding)
+        extra["strategy"] = sharding.fsdp_strategy(ctx.cfg, extra)
     if t.enable_progress_bar:
         callbacks = [*callbacks, progress_callback()]
     try:

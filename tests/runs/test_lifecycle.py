@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, TEST_DEFAULTS, compose
+from conftest import ROOT, compose, train_py, train_py_gloo
 
 from scaleformer.errors import ConfigError
 from scaleformer.runs import checkpoints, runtime
@@ -261,25 +259,13 @@ def test_scrolls_submission_files_follow_the_official_format(tmp_path):
         main([str(ev / "predictions_test.jsonl"), "--out", str(tmp_path / "sub2")])
 
 
-def _train_py(*args: str, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
-    flags = [a for a in args if a.startswith("-")]  # Hydra's -m before any override
-    rest = [a for a in args if not a.startswith("-")]
-    return subprocess.run([sys.executable, "train.py", *flags, *TEST_DEFAULTS, *rest], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
 def test_two_ddp_processes_give_the_same_predictions_as_one(tmp_path):
     trained = run(compose(_tiny(tmp_path, "data.synthetic_docs.validation=5")))
     ckpt = _run_dir(trained, tmp_path / "results") / "checkpoints" / "last.ckpt"
     common = _tiny(tmp_path, "data.synthetic_docs.validation=5", "trainer.do_train=false",
                    f"trainer.ckpt_path={ckpt}", root="ddp")
     ddp = ("trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp")
-    proc = _train_py(*common, *ddp, env={"GLOO_SOCKET_IFNAME": "lo"})  # both ranks on loopback, one machine
-    if proc.returncode < 0 and "terminate called" in proc.stderr:
-        # gloo's C++ side once aborted rank 1 right after joining, on a loaded CI machine (SIGABRT, no
-        # Python error): the launch is retried once; a second crash, or any Python error, still fails
-        proc = _train_py(*common, *ddp, env={"GLOO_SOCKET_IFNAME": "lo"})
+    proc = train_py_gloo(*common, *ddp)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     ddp = json.loads(next((tmp_path / "ddp").rglob("metrics.json")).read_text())
     assert ddp["world_size"] == 2 and ddp["splits"]["validation"]["n_examples"] == 5
@@ -289,7 +275,7 @@ def test_two_ddp_processes_give_the_same_predictions_as_one(tmp_path):
 
 
 def test_a_failing_cell_fails_alone_and_the_sweep_exits_nonzero(tmp_path):
-    proc = _train_py("-m", "debug=default", f"paths.root={tmp_path}", "method=truncation",
+    proc = train_py("-m", "debug=default", f"paths.root={tmp_path}", "method=truncation",
                      "optim.lr=0.001,-1")
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
     assert len(list(tmp_path.rglob("metrics.json"))) == 1, "the good cell finished"
@@ -299,7 +285,7 @@ def test_a_failing_cell_fails_alone_and_the_sweep_exits_nonzero(tmp_path):
 
 def test_submitit_local_launcher_runs_two_cells(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    proc = _train_py("-m", "hydra/launcher=local", "debug=default", f"paths.root={tmp_path}",
+    proc = train_py("-m", "hydra/launcher=local", "debug=default", f"paths.root={tmp_path}",
                      "method=truncation,sled")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     got = {json.loads(p.read_text())["method"]["option"] for p in tmp_path.rglob("metrics.json")}
@@ -312,10 +298,10 @@ def test_a_killed_run_resumes_to_byte_identical_predictions(tmp_path):
                  "method=scaleformer_middle", root="killed")
     straight = run(compose(_tiny(tmp_path, "trainer.max_steps=6", "trainer.checkpoint_every_n_steps=3",
                                  "method=scaleformer_middle", root="straight")))
-    killed = _train_py(*base, "+callbacks.kill._target_=tests.helpers.KillAt", "+callbacks.kill.step=5",
+    killed = train_py(*base, "+callbacks.kill._target_=tests.helpers.KillAt", "+callbacks.kill.step=5",
                       "allowed_targets=[tests.helpers]")
     assert killed.returncode == 137
-    resumed = _train_py(*base)
+    resumed = train_py(*base)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     got = next((tmp_path / "killed").rglob("predictions_validation.jsonl")).read_text()
     assert got == _predictions(straight, tmp_path / "straight")
