@@ -19,7 +19,8 @@ PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").
 CONTEXT = {"generation.compile=true": ["generation.static_cache=true"], "method.keep_rule=sled": ["method=sled"],
            "logger.wandb.log_model=true": ["logger=wandb"], "logger.wandb.offline=false": ["logger=wandb"],
            "method.cost=2500000": ["experiment=masformer_lm"], "data.task_metric=perplexity": ["data=synthetic_lm"],
-           "method.block_size=1024": ["method=masformer"]}
+           "method.block_size=1024": ["method=masformer"],
+           "data.corpus=monology/pile-uncopyrighted": ["experiment=masformer_lm"]}
 
 
 def spans() -> list[tuple[str, str]]:

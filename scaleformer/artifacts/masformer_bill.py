@@ -79,17 +79,22 @@ def build_bill(spec: dict[str, Any], profile: str, out_dir: Path, methods: str |
     rows = []
     for c in cells:
         rc = to_config(compose_config(c.overrides))
-        rows.append({"method": c.method, "dataset": c.key, **cell_bill(rc, shape)})
+        bill = cell_bill(rc, shape)
+        if c.train_from is not None:  # evaluates another column's weights (share_training): trains nothing itself
+            bill |= {"sequences": 0, "tokens": 0, "flops": 0, "floor_h100_hours": 0.0, "weights_from": c.train_from.key}
+        rows.append({"method": c.method, "dataset": c.key, **bill})
     total = sum(r["floor_h100_hours"] for r in rows)
+    trained = [r for r in rows if "weights_from" not in r]
     record = {"artifact": spec["artifact"], "profile": priced, "shape": shape, "parameters": parameters(shape),
               "peak_flops": H100_BF16_DENSE, "cells": rows, "floor_h100_hours": total}
     labels = spec.get("method_labels", {})
     p = parameters(shape)
     lines = [f"# What the {priced} profile of {spec['artifact']} costs (counted)", "",
              f"Model: {shape['layers']} layers of width {shape['width']}, vocabulary {shape['vocab']} "
-             f"({p['total']:,} parameters, {p['layers']:,} in the layers). Each cell trains "
-             f"{rows[0]['sequences']:,} sequences of {rows[0]['n']:,} tokens ({rows[0]['tokens'] / 1e9:.1f}B tokens) "
-             "from the pretrained weights, then scores the test set (negligible beside training). FLOPs: 6 n (N + V d) "
+             f"({p['total']:,} parameters, {p['layers']:,} in the layers). Each trained cell continues "
+             f"{trained[0]['sequences']:,} sequences of {trained[0]['n']:,} tokens ({trained[0]['tokens'] / 1e9:.1f}B "
+             "tokens) from the pretrained weights, then scores the test set (negligible beside training); a cell "
+             "marked shared scores another column's weights, which train on the same corpus. FLOPs: 6 n (N + V d) "
              "for the matmuls plus 12 d per attended pair, the pairs counted from each row's causal spans. Floor: "
              "those FLOPs at 100% of an H100's dense bf16 peak (989.4 TFLOP/s); a run takes the floor divided by "
              "the utilisation it reaches, which no GPU has measured for this profile yet. Memory: weights, "
@@ -98,10 +103,13 @@ def build_bill(spec: dict[str, Any], profile: str, out_dir: Path, methods: str |
              "| row | column | C (paper) | attention share of FLOPs | FLOPs | floor (H100-hours) |",
              "|---|---|---|---|---|---|"]
     for r in rows:
+        spent = (f"shared ({r['weights_from']}'s) | 0" if "weights_from" in r
+                 else f"{r['flops']:.2e} | {r['floor_h100_hours']:,.0f}")
         lines.append(f"| {labels.get(r['method'], r['method'])} | {r['dataset']} | {r['cost_paper'] / 1e6:,.0f}M | "
-                     f"{100 * r['attention_share']:.0f}% | {r['flops']:.2e} | {r['floor_h100_hours']:,.0f} |")
-    lines += ["", f"All {len(rows)} cells: at least {total:,.0f} H100-hours at peak, before utilisation (none measured "
-              "for this profile): continual training of a 1.4B model on 52B tokens per cell is a cluster's work."]
+                     f"{100 * r['attention_share']:.0f}% | {spent} |")
+    lines += ["", f"All {len(rows)} cells ({len(trained)} trained): at least {total:,.0f} H100-hours at peak, before "
+              "utilisation (none measured for this profile): continual training of a 1.4B model on "
+              f"{trained[0]['tokens'] / 1e9:.0f}B tokens per trained cell is a cluster's work."]
     name = spec["artifact"]
     return {"md": atomic_write_text(out_dir / f"{name}.md", "\n".join(lines) + "\n"),
             "json": atomic_write_text(out_dir / f"{name}.json", json.dumps(record, indent=2) + "\n")}

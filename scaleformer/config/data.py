@@ -85,6 +85,14 @@ class DataConfig:
     # Who scores a split whose references are hidden: "scrolls:<task>" writes SCROLLS' prediction file for
     # <task> beside the predictions (tables mark such a cell "leaderboard"); null: nobody here.
     leaderboard: str | None = runtime(None)
+    # Language modeling: continual training on this corpus instead of the train split (MASFormer continues on the
+    # Pile and evaluates on ArXiv and PubMed): a hub dataset or local folder, its training files (data_files
+    # patterns; null: its own train split), the text field, a revision. Streamed and tokenized ahead into the
+    # cache, only the tokens the run reads (scaleformer.data.corpus).
+    corpus: str | None = None
+    corpus_files: Any = None
+    corpus_field: str = "text"
+    corpus_revision: str | None = None
     batch_size: int = 1
     # Training micro-batches of documents of similar length (scaleformer.data.sampler.bucketed; HF Trainer's
     # group_by_length), each document's loss its own token mean (scaleformer.ops.loss): several documents
@@ -160,5 +168,7 @@ class DataConfig:
         check(lb is None or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", lb.split(":", 1)[1]) is not None,
               "data.leaderboard", lb, "the task must be a plain name of letters, digits, _ and - (e.g. "
               "scrolls:gov_report): it names the file written in the run's folder")
+        check(self.corpus is None or self.task_metric == "perplexity", "data.corpus", self.corpus,
+              "is continual training's corpus: only with data.task_metric=perplexity (language modeling)")
         ev = self.synthetic_events
         check(len(ev) == 2 and 1 <= ev[0] <= ev[1], "data.synthetic_events", ev, "must be [min, max], 1 <= min <= max")

@@ -13,8 +13,8 @@ perplexity of held-out documents. So:
   antecedent token) pairs inside the cut.
 
 Rows come from the same sources as summarization (synthetic, local files, the hub), the text from
-``data.input_field``. Tokenized in memory: what the tiny and smoke profiles need; a Pile-scale corpus is
-tokenized ahead, into shards, by its own loader.
+``data.input_field``. Tokenized in memory: what the tiny and smoke profiles need; a Pile-scale corpus
+(``data.corpus``) is tokenized ahead into shards and read in stream order (:mod:`scaleformer.data.corpus`).
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ import torch
 from torch.utils.data import DataLoader
 
 from scaleformer.config import DataConfig
+from scaleformer.data.corpus import CorpusRows, prepare
 from scaleformer.data.errors import DataError
 from scaleformer.data.sampler import EvaluationShards, ResumableSampler
 from scaleformer.data.sources import configured_roles, make_source
 from scaleformer.data.synthetic_lm import beyond_block, dependency_tokens
+from scaleformer.model.tokenizer import tokenizer_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,8 @@ class Document:
 class LanguageModelingData:
     """The splits of ``cfg`` as documents; ``length``: the sequence the model reads (``method.max_length``)."""
 
-    def __init__(self, cfg: DataConfig, tokenizer: Any, length: int, *, seed: int = 42) -> None:
+    def __init__(self, cfg: DataConfig, tokenizer: Any, length: int, *, seed: int = 42,
+                 train_rows: int | None = None) -> None:
         if length < 2:
             raise DataError(f"method.max_length={length}: a language-model sequence needs at least 2 tokens")
         self.cfg, self.tokenizer, self.length, self.seed = cfg, tokenizer, length, seed
@@ -55,13 +58,23 @@ class LanguageModelingData:
         self.docs: dict[str, list[Document]] = {}
         self.packed: torch.Tensor | None = None  # [rows, length]
         self.dropped_tokens = 0
+        self.train_rows = train_rows  # with data.corpus: the rows training reads (tokenized ahead, no more)
+        self.corpus: CorpusRows | None = None
 
     def setup(self) -> None:
+        if self.cfg.corpus is not None and self.train_rows is None:
+            raise DataError(f"data.corpus={self.cfg.corpus!r}: tokenized ahead for a number of steps; set "
+                            "trainer.max_steps (not -1)")
         source = make_source(self.cfg)
         source.check()
         for role in configured_roles(self.cfg):
-            self.docs[role] = self._read(source, role)
-        if self.docs.get("train"):
+            if role != "train" or self.cfg.corpus is None:  # the corpus replaces the train split
+                self.docs[role] = self._read(source, role)
+        if self.cfg.corpus is not None and self.train_rows:
+            folder = prepare(self.cfg, self.tokenizer, tokenizer_fingerprint(self.tokenizer),
+                             int(self.train_rows) * self.length)
+            self.corpus = CorpusRows(folder, self.length)
+        elif self.docs.get("train"):
             self.packed = self._pack(self.docs["train"])
 
     def _read(self, source: Any, role: str) -> list[Document]:
@@ -102,9 +115,15 @@ class LanguageModelingData:
 
     # ---------------------------------------------------------------------------------------- loaders
     def has_split(self, role: str) -> bool:
-        return bool(self.docs.get(role))
+        return bool(self.docs.get(role)) or (role == "train" and self.corpus is not None and len(self.corpus) > 0)
 
     def train_dataloader(self) -> DataLoader:
+        if self.corpus is not None:  # in stream order, one pass (a shuffled corpus): rows dealt to the processes
+            rows = self.corpus
+            return DataLoader(range(len(rows)), batch_size=self.cfg.batch_size, num_workers=self.cfg.num_workers,
+                              sampler=ResumableSampler(len(rows), self.seed, batch_size=self.cfg.batch_size,
+                                                       shuffle=False),
+                              collate_fn=lambda idx: {"input_ids": torch.from_numpy(np.stack([rows[i] for i in idx]))})
         assert self.packed is not None, "setup() first, with a train split"
         packed = self.packed
         return DataLoader(range(len(packed)), batch_size=self.cfg.batch_size,
@@ -147,4 +166,7 @@ class LanguageModelingData:
                               "share_beyond_block": round(far / max(predicted, 1), 4)}
         if self.packed is not None:
             out["train"] |= {"packed_rows": int(self.packed.shape[0]), "dropped_tokens": int(self.dropped_tokens)}
+        if self.corpus is not None:
+            out["train"] = {"corpus": self.cfg.corpus, "tokens": self.corpus.tokens, "packed_rows": len(self.corpus),
+                            "rows_read": min(len(self.corpus), int(self.train_rows or 0))}
         return out

@@ -17,6 +17,11 @@ the download is exercised offline:
   ``article, abstract``, the two configurations declared in the dataset card's ``configs`` (``README.md``), as
   the hub's Parquet conversion lays them out; ``section`` separates the article's sections by newlines.
 
+- The Pile (``monology/pile-uncopyrighted``, MASFormer's continual-training corpus): ``train/00.jsonl.zst``,
+  ``train/01.jsonl.zst`` (the hub copy has 30), ``val.jsonl.zst`` and ``test.jsonl.zst``, zstandard-compressed
+  JSON lines ``{text, meta: {pile_set_name}}``; documents of Pile-CC's mean size (Gao et al. 2020, Table 1:
+  4.33 KiB, about 700 words) times ``scale``.
+
 Lengths: each task's average input words from the SCROLLS paper (Shaham et al., 2022, Table 1), BookSum's
 from the ScaleFormer paper ("averaging over 140,000 tokens": 120,700 words, as ``data=dryrun_booksum``) and
 ArXiv's and PubMed's articles and abstracts from Cohan et al. (2018, Table 1: 4,938 and 3,016 words; 220 and 203),
@@ -195,6 +200,37 @@ def write_cohan(folder: Path, docs: dict[str, int], scale: float) -> Path:
     return folder
 
 
+PILE = "pile-uncopyrighted"
+PILE_WORDS = 700
+PILE_SETS = ("Pile-CC", "PubMed Central", "ArXiv", "FreeLaw", "Github", "Wikipedia (en)")
+
+
+def _zst_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    import zstandard
+
+    path.write_bytes(zstandard.ZstdCompressor().compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+
+
+def write_pile(folder: Path, docs: dict[str, int], scale: float) -> Path:
+    """``folder/train/{00,01}.jsonl.zst``, ``val.jsonl.zst``, ``test.jsonl.zst`` and a card without ``configs``."""
+    def rows(split: str, n: int) -> list[dict[str, Any]]:
+        rng = random.Random(stream_seed(0, f"mirror-pile-{split}"))
+        # at least 400 words: a rehearsal's few documents still fill the rows its steps read
+        return [{"text": make_ledger(rng, max(400, round(PILE_WORDS * scale)), (4, 8))[0],
+                 "meta": {"pile_set_name": PILE_SETS[i % len(PILE_SETS)]}} for i in range(n)]
+
+    with atomic_dir(folder) as tmp:
+        (tmp / "README.md").write_text("---\nlicense: other\n---\n")
+        (tmp / "train").mkdir()
+        train = rows("train", docs.get("train", 0))
+        half = (len(train) + 1) // 2
+        _zst_jsonl(tmp / "train" / "00.jsonl.zst", train[:half])
+        _zst_jsonl(tmp / "train" / "01.jsonl.zst", train[half:])
+        _zst_jsonl(tmp / "val.jsonl.zst", rows("validation", docs.get("validation", 0)))
+        _zst_jsonl(tmp / "test.jsonl.zst", rows("test", docs.get("test", 0)))
+    return folder
+
+
 def write_mirrors(root: str | Path, docs: dict[str, int] | None = None, scale: float = 1.0,
                   tasks: list[str] | None = None, booksum: bool = True, cohan: bool = True) -> dict[str, Path]:
     """Every mirror under ``root`` (``docs``: documents per split, default 4 / 2 / 2; ``scale``: of the real
@@ -206,6 +242,7 @@ def write_mirrors(root: str | Path, docs: dict[str, int] | None = None, scale: f
         out["booksum"] = write_booksum(root / "booksum-fullbooks", docs, scale)
     if cohan:
         out.update({name: write_cohan(root / name, docs, scale) for name in COHAN})
+        out["pile"] = write_pile(root / PILE, docs, scale)
     return out
 
 
@@ -226,13 +263,16 @@ def ensure(data: Any, docs: dict[str, int], scale: float) -> list[Path]:
         written.append(write_booksum(Path(hub).expanduser(), docs, scale))
     elif local and Path(hub).name in COHAN and data.get("name") in COHAN_DATA:
         written.append(write_cohan(Path(hub).expanduser(), docs, scale))
+    corpus = str(data.get("corpus") or "")
+    if corpus.startswith((".", "/", "~")) and Path(corpus).name == PILE and not Path(corpus).expanduser().exists():
+        written.append(write_pile(Path(corpus).expanduser(), docs, scale))
     return written
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(description="Write local mirrors of SCROLLS, BookSum, ArXiv and PubMed (their real layout, "
+    ap = argparse.ArgumentParser(description="Write local mirrors of SCROLLS, BookSum, ArXiv, PubMed and the Pile (their real layout, "
                                  "generated text) for a rehearsal of the paper profile offline.")
     ap.add_argument("root", type=Path)
     ap.add_argument("--scale", type=float, default=1.0, help="of the real document lengths (default 1)")

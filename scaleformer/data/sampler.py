@@ -106,7 +106,7 @@ class ResumableSampler(_Dealt):
     """
 
     def __init__(self, n: int, seed: int, lengths: list[int] | None = None, bucket: int = 1,
-                 batch_size: int = 1) -> None:
+                 batch_size: int = 1, shuffle: bool = True) -> None:
         if lengths is not None and len(lengths) != n:
             raise ValueError(f"lengths: {len(lengths)} for {n} documents")
         self.n = n
@@ -114,6 +114,7 @@ class ResumableSampler(_Dealt):
         self.lengths = lengths
         self.bucket = bucket
         self.batch_size = batch_size
+        self.shuffle = shuffle  # false: 0 .. n-1 every epoch (a corpus read in stream order)
         self.epoch = 0
         self._skip: tuple[int, int] | None = None  # (epoch, samples to skip in it)
 
@@ -123,6 +124,8 @@ class ResumableSampler(_Dealt):
 
     def order(self, epoch: int) -> list[int]:
         """The permutation of `epoch` (replays the generator from the seed: O(epoch * n), tiny)."""
+        if not self.shuffle:
+            return list(range(self.n))
         g = torch.Generator().manual_seed(self.seed)
         perm = torch.empty(0, dtype=torch.long)
         for _ in range(epoch + 1):

@@ -52,7 +52,9 @@ TRAINING_GROUPS = ("backbone", "data", "method", "optim", "trainer", "seed")
 ADDED_LATER: dict[str, dict[str, Any]] = {"backbone": {"config_file": None},
                                           "data": {"synthetic_split_seeds": {}, "synthetic_words_spread": 0.0,
                                                    "max_train_input_tokens": None, "max_prefix_tokens": None,
-                                                   "bucket": False, "micro_batch_size": None},
+                                                   "bucket": False, "micro_batch_size": None, "corpus": None,
+                                                   "corpus_files": None, "corpus_field": "text",
+                                                   "corpus_revision": None},
                                           "optim": {"warmup_ratio": None, "schedule": "linear"},
                                           # the span methods' budget and MASFormer's placement
                                           "method": {"cost": None, "placement": "bottom"},

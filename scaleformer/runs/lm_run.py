@@ -51,6 +51,16 @@ def check_lm_run(ctx: RunContext) -> None:
                           "does; set trainer.select=last and trainer.early_stopping_patience=null")
 
 
+def train_rows(rc: Any) -> int | None:
+    """Sequences training reads: ``max_steps x`` the effective batch (every process's micro-batches of a step);
+    None without a step budget."""
+    t = rc.trainer
+    if t.max_steps == -1:
+        return None
+    world = sharding.world_size(t.accelerator, t.devices, int(t.extra.get("num_nodes", 1) or 1))
+    return int(t.max_steps) * int(rc.data.batch_size) * int(t.accumulate_grad_batches) * world
+
+
 def execute_lm(ctx: RunContext, ckpt: Path | None, attempt: Any) -> dict[str, Any]:
     """Train (or continue, or load) and score perplexity; returns metrics.json's content (rank 0)."""
     rc = ctx.cfg
@@ -65,7 +75,8 @@ def execute_lm(ctx: RunContext, ckpt: Path | None, attempt: Any) -> dict[str, An
     start = checkpoints.peek(ckpt) if ckpt is not None else None
     if start is not None:
         checkpoints.check_compatible(start["meta"], rc.backbone.name, described, ckpt)
-    dm = LanguageModelingData(rc.data, ready.tokenizer, method.cfg.max_length, seed=rc.seed)
+    dm = LanguageModelingData(rc.data, ready.tokenizer, method.cfg.max_length, seed=rc.seed,
+                              train_rows=train_rows(rc) if rc.trainer.do_train else 0)
     dm.setup()
     loggers = instantiate_all(rc.logger, "logger")
     resume = ExactResume(batch_size=rc.data.batch_size)

@@ -34,12 +34,19 @@ def test_masformer_rehearsal_reads_every_paper_source_through_its_real_loader(tm
         assert (mirrors / name / "README.md").is_file() and (mirrors / name / "section").is_dir()
         assert sorted(p.name for p in (mirrors / name / "document").iterdir()) == [
             f"{s}-00000-of-00001.parquet" for s in ("test", "train", "validation")]
+    assert sorted(p.relative_to(mirrors).as_posix() for p in (mirrors / "pile-uncopyrighted").rglob("*.zst")) == [
+        f"pile-uncopyrighted/{f}.jsonl.zst" for f in ("test", "train/00", "train/01", "val")]
     lm = _results(root, "masformer_table1-rehearsal")
     assert set(lm) == {"arxiv_lm", "pubmed_lm"}
-    for r in lm.values():  # the mirror's own documents (4 / 1 / 2), each cut to n = 256 tokens
+    for r in lm.values():  # the mirror's own documents (1 / 2), each cut to n = 256 tokens
         summary = r["data"]["summary"]
-        assert [summary[s]["n_examples"] for s in ("train", "validation", "test")] == [4, 1, 2], summary
+        assert [summary[s]["n_examples"] for s in ("validation", "test")] == [1, 2], summary
         assert summary["test"]["cut_at"] == 256 and r["splits"]["test"]["n_docs"] == 2 and r["splits"]["test"]["ppl"] > 1
+    train = lm["arxiv_lm"]["data"]["summary"]["train"]  # continued on the Pile mirror: 2 steps of 2 rows
+    assert train["corpus"].endswith("/pile-uncopyrighted") and train["rows_read"] == 4 <= train["packed_rows"]
+    assert lm["arxiv_lm"]["train_steps"] == lm["pubmed_lm"]["train_steps"] == 2
+    assert (root / "runs" / lm["arxiv_lm"]["run_id"] / "checkpoints").is_dir()
+    assert not (root / "runs" / lm["pubmed_lm"]["run_id"] / "checkpoints").exists(), "PubMed trained nothing itself"
     table1 = {row["dataset"]: row for row in csv.DictReader((root / "masformer_table1.csv").open())}
     assert {k: v["status"] for k, v in table1.items()} == {"arxiv": "ok", "pubmed": "ok"}
     summ = _results(root, "masformer_table2-rehearsal")

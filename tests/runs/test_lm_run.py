@@ -90,3 +90,16 @@ def test_language_modeling_refuses_an_encoder_decoder_and_best_selection(tmp_pat
     with pytest.raises(ConfigError, match="trainer.select=best.*last weights"):
         run(compose(_lm(tmp_path, "++trainer.select=best", "trainer.limit_val_batches=1.0",
                         "trainer.val_check_interval=2")))
+
+
+def test_continual_training_reads_its_corpus_from_the_piles_layout(tmp_path):
+    """data.corpus replaces the train split (MASFormer continues on the Pile, evaluates on ArXiv and PubMed): the
+    run tokenizes ahead the rows its steps read and trains on them in stream order."""
+    from scaleformer.data.mirrors import PILE, write_pile
+
+    folder = write_pile(tmp_path / "mirror" / PILE, {"train": 12, "validation": 1, "test": 1}, scale=0.3)
+    result = run(compose(_lm(tmp_path, f"data.corpus={folder}", "data.corpus_files=train/*.jsonl.zst")))
+    train = result["data"]["summary"]["train"]
+    assert train["corpus"] == str(folder) and train["rows_read"] == 4 * 2 <= train["packed_rows"]
+    assert train["tokens"] >= 8 * 256
+    assert result["step"] == 4 and result["splits"]["validation"]["n_examples"] == 6
