@@ -21,7 +21,7 @@ from scaleformer.compose import compose_config
 from scaleformer.data.ledger_facts import window_answer_ceiling, window_ceiling
 from scaleformer.data.sources import SyntheticSource
 from scaleformer.model.backbone import load_tokenizer, max_positions, model_config
-from scaleformer.resources import conf_dir, group_options
+from scaleformer.resources import conf_dir, experiments_dir, group_options
 from scaleformer.runs.context import RunContext, to_config
 
 
@@ -40,6 +40,7 @@ class Cell:
     run_dir: Path | None = None
     train_from: Cell | None = None  # shared training: the cell whose weights this one evaluates
     skipped: str | None = None  # why the profile runs no such row (its ``skip_rows``): no equivalent at its size
+    pretrain_from: Cell | None = None  # the continual-training run whose exported model this cell starts from
 
     @property
     def checkpoint(self) -> Path | None:
@@ -47,12 +48,22 @@ class Cell:
         src = self.train_from
         return None if src is None or src.run_dir is None else src.run_dir / "checkpoints" / "last.ckpt"
 
-    def run_overrides(self) -> list[str]:
-        """The overrides that run this cell; a shared-training cell starts from its source's weights
-        (that override goes before the last one, which stays the value a multirun sweeps)."""
-        if self.train_from is None:
+    def identity_overrides(self) -> list[str]:
+        """The overrides that name this cell's run: a cell fine-tuning a continually trained model starts from
+        that run's export (``backbone.pretrained``, before the last override, the value a multirun sweeps)."""
+        src = self.pretrain_from
+        if src is None:
             return list(self.overrides)
-        return [*self.overrides[:-1], f"trainer.ckpt_path={self.checkpoint}", self.overrides[-1]]
+        if src.run_dir is None:
+            raise ValueError(f"{self.method} on {self.key}: its continual-training run is not resolved yet")
+        return [*self.overrides[:-1], f"backbone.pretrained={src.run_dir / 'model'}", self.overrides[-1]]
+
+    def run_overrides(self) -> list[str]:
+        """The overrides that run this cell; a shared-training cell starts from its source's weights."""
+        ov = self.identity_overrides()
+        if self.train_from is None:
+            return ov
+        return [*ov[:-1], f"trainer.ckpt_path={self.checkpoint}", ov[-1]]
 
 
 def load_spec(path: str | Path) -> dict[str, Any]:
@@ -165,10 +176,7 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
     (``train_from``; they resume from its checkpoint with nothing left to train).
     """
     prof = check_profile(spec, profile)
-    base = [f"backbone={backbone_option(spec, profile)}", f"tag={spec['artifact']}-{profile}", *prof["overrides"]]
-    mirror = prof.get("mirrors")
-    if mirror:  # a rehearsal: the real data options read local mirrors (scaleformer.data.mirrors), one folder a profile
-        base.append(f"data.files_base={mirror_root(profile)}/scrolls")
+    base = profile_base(spec, profile)
     cells = []
     if "sweeps" in spec:
         data = [f"data={prof['data']}", *prof.get("data_overrides", [])]
@@ -183,9 +191,7 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
     if shared is not None and shared not in spec["datasets"]:
         raise ValueError(f"profiles.{profile}.share_training={shared!r}: not one of the columns {spec['datasets']}")
     for ds in profile_datasets(spec, profile):
-        data = [f"data={prof['data'][ds]}", *prof.get("data_overrides", {}).get(ds, [])]
-        if mirror and prof["data"][ds] in mirror.get("hub", {}):
-            data.append(f"data.hub_id={mirror_root(profile)}/{mirror['hub'][prof['data'][ds]]}")
+        data = column_overrides(prof, profile, ds)
         rows = select_methods(spec, methods)
         for seed in dict.fromkeys(s for m in rows for s in seeds(spec, profile, m)):
             for m in (m for m in rows if seed in seeds(spec, profile, m)):
@@ -200,7 +206,52 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
         for c in cells:
             if c.key != shared:
                 c.train_from = source[(c.method, c.seed)]
+    if prof.get("continual"):
+        stage: dict[tuple[str, int | None], Cell] = {}
+        for c in cells:
+            if c.available and c.train_from is None:  # a shared cell reads its source's weights
+                key = (c.method, c.seed)
+                c.pretrain_from = stage.setdefault(key, continual_cell(spec, prof, prof["continual"], c.method, c.seed))
     return cells
+
+
+def profile_base(spec: dict[str, Any], profile: str) -> list[str]:
+    """The overrides every cell of a profile starts with: its backbone, tag and own overrides (a rehearsal's
+    SCROLLS mirror too)."""
+    prof = check_profile(spec, profile)
+    base = [f"backbone={backbone_option(spec, profile)}", f"tag={spec['artifact']}-{profile}", *prof["overrides"]]
+    if prof.get("mirrors"):  # a rehearsal: the real data options read local mirrors (scaleformer.data.mirrors)
+        base.append(f"data.files_base={mirror_root(profile)}/scrolls")
+    return base
+
+
+def column_overrides(prof: dict[str, Any], profile: str, ds: str) -> list[str]:
+    """A column's data option and its own overrides (a rehearsal: the local mirror it reads)."""
+    data = [f"data={prof['data'][ds]}", *prof.get("data_overrides", {}).get(ds, [])]
+    mirror = prof.get("mirrors")
+    if mirror and prof["data"][ds] in mirror.get("hub", {}):
+        data.append(f"data.hub_id={mirror_root(profile)}/{mirror['hub'][prof['data'][ds]]}")
+    return data
+
+
+def continual_cell(spec: dict[str, Any], prof: dict[str, Any], cont: dict[str, str], row: str,
+                   seed: int | None) -> Cell:
+    """The continual training a row's fine-tuning starts from (a profile's ``continual: {artifact, profile,
+    column}``, MASFormer's chain: "we obtain the continually trained models for each method and fine-tune
+    them", Appendix B): that artifact's profile's run of that column, with this row's method and sizes. Where
+    the row is one of that artifact's rows at the same sizes, the overrides, hence the run, are its own:
+    trained once for both tables."""
+    other = load_spec(experiments_dir() / f"{cont['artifact']}.yaml")
+    oprof = check_profile(other, cont["profile"])
+    own = [*([f"seed={seed}"] if seed is not None else []), *row_overrides(spec, prof, row)]
+    return Cell("continual", row, [*profile_base(other, cont["profile"]),
+                                   *column_overrides(oprof, cont["profile"], cont["column"]), *own,
+                                   f"method={row_method(spec, row)}"], seed=seed)
+
+
+def continual_stage(cells: list[Cell]) -> list[Cell]:
+    """The continual-training runs ``cells`` start from, each once."""
+    return list({id(c.pretrain_from): c.pretrain_from for c in cells if c.pretrain_from is not None}.values())
 
 
 def mirror_root(profile: str) -> str:
@@ -209,10 +260,12 @@ def mirror_root(profile: str) -> str:
 
 
 def resolve_run_ids(cells: list[Cell], root: Path | None = None) -> None:
-    """Fill each available cell's run id and results folder from its composed config."""
-    for c in cells:
+    """Fill each available cell's run id and results folder from its composed config (the continual-training
+    runs cells start from first: their folders are in those cells' overrides)."""
+    for c in [*continual_stage(cells), *cells]:
         if c.available:
-            ctx = RunContext.create(to_config(compose_config([*c.overrides, *([f"paths.root={root}"] if root else [])])))
+            overrides = [*c.identity_overrides(), *([f"paths.root={root}"] if root else [])]
+            ctx = RunContext.create(to_config(compose_config(overrides)))
             c.run_id, c.result_dir, c.run_dir = ctx.run_id, ctx.expected_eval_dir, ctx.run_dir
 
 

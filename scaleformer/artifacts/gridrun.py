@@ -25,6 +25,7 @@ from scaleformer.artifacts.grid import (
     Cell,
     check_profile,
     column_label,
+    continual_stage,
     expand_grid,
     resolve_run_ids,
 )
@@ -49,6 +50,8 @@ def cell_estimate(spec: dict[str, Any], profile: str, cell: Cell) -> float | Non
 
 
 def _cell_name(spec: dict[str, Any], profile: str, c: Cell) -> str:
+    if c.key == "continual":
+        return f"{c.method}: continual training (the model its rows fine-tune)"
     where = f"{spec['sweeps'][c.key]['key']}={c.value}" if "sweeps" in spec else column_label(spec, profile, c.key)
     shared = f" (weights trained on {column_label(spec, profile, c.train_from.key)})" if c.train_from else ""
     return f"{c.method} on {where}{shared}"
@@ -65,6 +68,11 @@ def _headline(result: dict[str, Any]) -> str:
         if vals:
             parts.append(f"{split} " + ", ".join(vals))
     return "; ".join(parts)
+
+
+def _stage(c: Cell) -> int:
+    """Run order: continual training, then the runs that train, then those reading another run's weights."""
+    return 0 if c.key == "continual" else 1 + (c.train_from is not None)
 
 
 def prepare_mirrors(spec: dict[str, Any], profile: str, cells: list[Cell]) -> list[Path]:
@@ -99,12 +107,13 @@ def run_grid(spec: dict[str, Any], profile: str, root: Path, force: bool = False
 
     # A shared-weights run starts from another run's checkpoint folder; Lightning says so, on purpose here.
     warnings.filterwarnings("ignore", message="The dirpath has changed from")
-    cells = [c for c in expand_grid(spec, profile, methods) if c.available]
+    table = [c for c in expand_grid(spec, profile, methods) if c.available]
+    cells = [*continual_stage(table), *table]  # the continually trained models first, then the rows' runs
     for path in prepare_mirrors(spec, profile, cells):
         say(f"{spec['artifact']} ({profile}): wrote the local mirror {path}")
-    resolve_run_ids(cells, root)
+    resolve_run_ids(table, root)
     todo = cells if force else [c for c in cells if not (c.result_dir / "metrics.json").exists()]
-    todo.sort(key=lambda c: c.train_from is not None)  # weights first, then the cells that share them
+    todo.sort(key=_stage)
     name = f"{spec['artifact']} ({profile})"
     if not todo:
         say(f"{name}: all {len(cells)} runs have results; nothing to run (FORCE=1 re-runs)")
@@ -119,8 +128,8 @@ def run_grid(spec: dict[str, Any], profile: str, root: Path, force: bool = False
     started = time.time()
     for i, c in enumerate(todo, 1):
         label = _cell_name(spec, profile, c)
-        if c.train_from is not None and id(c.train_from) in bad:
-            failed.append(f"{label}: skipped, the run it shares weights with failed")
+        if any(src is not None and id(src) in bad for src in (c.train_from, c.pretrain_from)):
+            failed.append(f"{label}: skipped, the run whose weights it reads failed")
             say(f"[{i}/{len(todo)}] {label}: skipped (its weights' run failed)")
             continue
         overrides = [*c.run_overrides(), f"paths.root={root}", f"skip_existing={'false' if force else 'true'}"]
@@ -156,10 +165,11 @@ def launch(spec: dict[str, Any], profile: str, root: Path, force: bool = False, 
     multirun does not stop the others. Returns the commands it ran and one line per failed cell (from
     the sweeps' ``failed.json``; a multirun that failed without one is named by its command).
     """
-    cells = [c for c in expand_grid(spec, profile, methods) if c.available]
-    resolve_run_ids(cells, root)
+    table = [c for c in expand_grid(spec, profile, methods) if c.available]
+    cells = [*continual_stage(table), *table]
+    resolve_run_ids(table, root)
     todo = cells if force else [c for c in cells if not (c.result_dir / "metrics.json").exists()]
-    todo.sort(key=lambda c: c.train_from is not None)  # weights first, then the cells that share them
+    todo.sort(key=_stage)
     groups: dict[tuple[tuple[str, ...], str], list[Cell]] = {}
     for c in todo:  # cells differing only in the value of their last override form one sweep
         ov = c.run_overrides()

@@ -39,3 +39,26 @@ def test_the_bill_counts_each_cell_from_its_own_spans(tmp_path):
     l4 = cells[("masformer_l4", "pubmed")]
     assert l4["spans"][:5] == ["full", "full", "full", "full", "block 1024"] and l4["cost_paper"] == 20 * 1024 * n + 4 * n * n
     assert "at least" in (tmp_path / "masformer_table1.md").read_text()
+    assert l4["weights_from"] == "arxiv" and l4["flops"] == 0, "PubMed scores ArXiv's weights: trained once"
+    assert bill["floor_h100_hours"] == pytest.approx(
+        sum(c["floor_h100_hours"] for (_, ds), c in cells.items() if ds == "arxiv"))
+
+
+def test_table2_rows_fine_tune_their_own_continually_trained_models(tmp_path):
+    """The paper's chain: each Table 2 row starts from its method's continual training on the Pile, which is Table
+    1's own run wherever the row is one of Table 1's at the same sizes (trained once for both tables)."""
+    t2 = grid.load_spec(ROOT / "experiments" / "masformer_table2.yaml")
+    cells = [c for c in grid.expand_grid(t2, "paper") if c.available]
+    grid.resolve_run_ids(cells, tmp_path)
+    stage = {c.method: c for c in grid.continual_stage(cells)}
+    assert set(stage) == set(t2["methods"]) and all(c.pretrain_from is stage[c.method] for c in cells)
+    table1 = [c for c in grid.expand_grid(SPEC, "paper") if c.available]
+    grid.resolve_run_ids(table1, tmp_path)
+    shared = {c.method for c in table1 if c.key == "arxiv"} & {m for m, c in stage.items()
+                                                               if c.run_id in {t.run_id for t in table1}}
+    assert shared == {"full", "block_2048", "masformer_l4", "masformer_l8"}
+    for c in cells:
+        assert f"backbone.pretrained={stage[c.method].run_dir / 'model'}" in c.run_overrides()
+    window = [o for o in stage["window_1024"].overrides if o.startswith(("method", "data"))]
+    assert "method=sliding_window" in window and "method.window=1024" in window and "data=arxiv_lm" in window
+    assert any(o.startswith("data.corpus=") for o in stage["window_1024"].overrides), "continued on the Pile"

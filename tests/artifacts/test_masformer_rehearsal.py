@@ -1,8 +1,9 @@
 """MASFormer's paper profiles offline, in their smallest form: `scaleformer reproduce masformer_table1|masformer_table2
 --profile rehearsal` writes local mirrors of ArXiv and PubMed (ccdv's parquet and dataset card), QMSUM and GovReport
 (SCROLLS' zips) in their real layout, reads them through the paper profile's own data options and loaders, and
-renders the tables: perplexity on both test sets, and summarization as language modeling with QMSUM's query, the
-test column scored where references are public (ArXiv) and written for the leaderboard where hidden (SCROLLS)."""
+renders the tables: perplexity on both test sets after continual training on a Pile mirror, and summarization as
+language modeling, fine-tuned from that continually trained model, with QMSUM's query, the test column scored where
+references are public (ArXiv) and written for the leaderboard where hidden (SCROLLS)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,8 @@ def test_masformer_rehearsal_reads_every_paper_source_through_its_real_loader(tm
     assert {k: v["status"] for k, v in table1.items()} == {"arxiv": "ok", "pubmed": "ok"}
     summ = _results(root, "masformer_table2-rehearsal")
     assert set(summ) == {"qmsum", "arxiv", "govreport"}
+    continued = root / "runs" / lm["arxiv_lm"]["run_id"] / "model"  # the chain: Table 1's run, exported
+    assert all(r["backbone"]["pretrained"] == str(continued) for r in summ.values())
     assert summ["arxiv"]["splits"]["test"]["scored"]  # ArXiv's abstracts are public
     for name in ("qmsum", "govreport"):  # SCROLLS hides its test references: the leaderboard's file
         board = summ[name]["splits"]["test"]["leaderboard"]
