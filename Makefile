@@ -21,7 +21,7 @@ METHODS ?=
 YES     ?=
 REPRO   = $(PY) scripts/reproduce.py --profile $(PROFILE) $(if $(FORCE),--force) $(if $(YES),--yes) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(foreach a,$(LAUNCHER_ARGS),--launcher-arg $(a)) $(if $(METHODS),--methods $(METHODS)) $(if $(OUT_DIR),--out-dir $(OUT_DIR))
 
-.PHONY: setup check-lock lock run default-results test test-all test-kernels test-compat lint clean table1 table2 table_qa masformer_table1 masformer_figure3 masformer_table2 masformer_figure4 masformer_lm_placement masformer_ablation figure2 bench bench-step bench-step-compiled bench-compare gpu-check gpu-perf wheels
+.PHONY: setup check-lock lock run default-results test test-all test-kernels test-compat lint clean table1 table2 table_qa masformer_table1 masformer_figure3 masformer_table2 masformer_figure4 masformer_lm_placement masformer_ablation masformer_continual figure2 bench bench-step bench-step-compiled bench-compare gpu-check gpu-perf wheels
 
 setup: $(STAMP)
 
@@ -102,6 +102,9 @@ masformer_lm_placement: setup  ## results/<profile>/masformer_lm_placement.{md,c
 
 masformer_ablation: setup  ## results/<profile>/masformer_ablation.{md,csv,tex}: where MASFormer's full layers sit (PROFILE=tiny by default, or smoke)
 	$(subst --profile $(PROFILE),--profile $(if $(filter command line environment,$(origin PROFILE)),$(PROFILE),tiny),$(REPRO)) masformer_ablation
+
+masformer_continual: setup  ## results/<profile>/masformer_continual.{md,csv,tex}: fine-tuning after continual training or not (PROFILE=tiny by default, or smoke)
+	$(subst --profile $(PROFILE),--profile $(if $(filter command line environment,$(origin PROFILE)),$(PROFILE),tiny),$(REPRO)) masformer_continual
 
 figure2: setup      ## results/figure2.{png,csv}
 	$(REPRO) figure2

@@ -68,6 +68,8 @@ COVERAGE: list[tuple[str, str, str]] = [
      "test_masformer_figure4_draws_table2s_runs_against_their_share_of_full_attentions_cost"),
     (r"^make masformer_ablation PROFILE=smoke$", "test", "tests/artifacts/test_perplexity_tables.py::"
      "test_the_placement_ablation_reuses_table2s_runs_and_moves_only_the_full_layers"),
+    (r"^make masformer_continual PROFILE=smoke$", "test", "tests/artifacts/test_perplexity_tables.py::"
+     "test_continual_training_rows_start_from_their_own_continued_models"),
     (r"^make masformer_(table1|figure3) PROFILE=smoke$", "test", "tests/artifacts/test_perplexity_tables.py::"
      "test_smoke_profile_runs_and_renders_with_cost_shares_and_paired_tests"),
     (r"^make table_qa METHODS=truncation,sled OUT_DIR=results/tiny/table_qa_seeds$", "long",
@@ -184,7 +186,7 @@ def test_benchmark_paragraphs_quote_their_results_files():
 
 @pytest.mark.parametrize("artifact", ["table1", "table2", "figure2", "table_qa", "masformer_table1",
                                       "masformer_figure3", "masformer_table2", "masformer_figure4",
-                                      "masformer_ablation", "masformer_lm_placement"])
+                                      "masformer_ablation", "masformer_lm_placement", "masformer_continual"])
 def test_tiny_profiles_compose(artifact):
     """The long ``make <artifact> PROFILE=tiny`` commands: every cell's config composes and validates."""
     from conftest import compose

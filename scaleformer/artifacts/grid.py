@@ -206,13 +206,22 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
         for c in cells:
             if c.key != shared:
                 c.train_from = source[(c.method, c.seed)]
-    if prof.get("continual"):
-        stage: dict[tuple[str, int | None], Cell] = {}
-        for c in cells:
-            if c.available and c.train_from is None:  # a shared cell reads its source's weights
-                key = (c.method, c.seed)
-                c.pretrain_from = stage.setdefault(key, continual_cell(spec, prof, prof["continual"], c.method, c.seed))
+    stage: dict[tuple[str, int | None], Cell] = {}
+    for c in cells:
+        cont = row_continual(spec, profile, c.method)
+        if cont and c.available and c.train_from is None:  # a shared cell reads its source's weights
+            key = (c.method, c.seed)
+            c.pretrain_from = stage.setdefault(key, continual_cell(spec, prof, cont, c.method, c.seed))
     return cells
+
+
+def row_continual(spec: dict[str, Any], profile: str, row: str) -> dict[str, Any] | None:
+    """The continual training a row's runs start from: the row's own ``continual`` for this profile where the row
+    has one (``{}``: none, e.g. a "without continual training" row), else the profile's ``continual``."""
+    spec_row = (spec.get("rows") or {}).get(row, {})
+    if "continual" in spec_row:
+        return (spec_row["continual"] or {}).get(profile)
+    return check_profile(spec, profile).get("continual")
 
 
 def profile_base(spec: dict[str, Any], profile: str) -> list[str]:
@@ -240,10 +249,10 @@ def continual_cell(spec: dict[str, Any], prof: dict[str, Any], cont: dict[str, s
     column}``, MASFormer's chain: "we obtain the continually trained models for each method and fine-tune
     them", Appendix B): that artifact's profile's run of that column, with this row's method and sizes. Where
     the row is one of that artifact's rows at the same sizes, the overrides, hence the run, are its own:
-    trained once for both tables."""
+    trained once for both tables. The stage's own ``overrides`` come last (e.g. a shorter continual training)."""
     other = load_spec(experiments_dir() / f"{cont['artifact']}.yaml")
     oprof = check_profile(other, cont["profile"])
-    own = [*([f"seed={seed}"] if seed is not None else []), *row_overrides(spec, prof, row)]
+    own = [*([f"seed={seed}"] if seed is not None else []), *row_overrides(spec, prof, row), *cont.get("overrides", [])]
     return Cell("continual", row, [*profile_base(other, cont["profile"]),
                                    *column_overrides(oprof, cont["profile"], cont["column"]), *own,
                                    f"method={row_method(spec, row)}"], seed=seed)

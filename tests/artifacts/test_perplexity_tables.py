@@ -4,6 +4,7 @@ documents, paired tests on per-document log-perplexity, and the smoke profile en
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
 
@@ -174,3 +175,29 @@ def test_the_lm_placement_rows_are_table1s_runs_but_for_the_moved_layers(tmp_pat
             if method.startswith("masformer_l4_"):
                 moved = set(c.overrides) - set(cells[("masformer_l4", seed)].overrides)
                 assert moved == {f"method.placement={method.rsplit('_', 1)[1]}"}
+
+
+def test_continual_training_rows_start_from_their_own_continued_models(tmp_path):
+    """Table 3's rows: without continual training (Table 2's own run where the profile has no chain), after a short
+    one and after one at the fine-tuning length; each continued run is Table 1's with the row's pattern."""
+    from scaleformer.artifacts import tables
+    from scaleformer.artifacts.gridrun import run_grid
+
+    spec = grid.load_spec(ROOT / "experiments" / "masformer_continual.yaml")
+    table2 = grid.load_spec(ROOT / "experiments" / "masformer_table2.yaml")
+    cells = {c.method: c for c in grid.expand_grid(spec, "smoke")}
+    same = {c.method: c for c in grid.expand_grid(table2, "smoke")}
+    grid.resolve_run_ids([*cells.values(), *same.values()], tmp_path)
+    assert cells["masformer_l8"].run_id == same["masformer_l8"].run_id and cells["masformer_l8"].pretrain_from is None
+    short, full = cells["masformer_l8_ct_short"].pretrain_from, cells["masformer_l8_ct"].pretrain_from
+    assert short.overrides[-2:] == ["method.max_length=128", "method=masformer"] and short.run_id != full.run_id
+    smoke_lm = {c.method: c for c in grid.expand_grid(SPEC, "smoke")}
+    grid.resolve_run_ids(list(smoke_lm.values()), tmp_path)
+    assert full.run_id == smoke_lm["masformer_l8"].run_id, "Table 1's own run of the same pattern"
+    assert run_grid(spec, "smoke", tmp_path) == []
+    for row, c in (("masformer_l8_ct_short", short), ("masformer_l8_ct", full)):
+        assert (c.run_dir / "model" / "config.json").is_file()
+        ran = json.loads((cells[row].result_dir / "metrics.json").read_text())
+        assert ran["backbone"]["pretrained"] == str(c.run_dir / "model"), "fine-tuned from its continued model"
+    md = tables.build_table(spec, "smoke", tmp_path, tmp_path)["md"].read_text()
+    assert "| dev | C.T. (n/4) |" in md and "| dev | C.T. (n) |" in md and "(7.2)" in md  # the paper's R-2 beside
