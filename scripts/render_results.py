@@ -39,6 +39,7 @@ from scaleformer.io import atomic_write_bytes, atomic_write_text  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_masformer import (  # noqa: E402
     render_masformer_ablation,
+    render_masformer_continual,
     render_masformer_lm_placement,
     render_masformer_table1,
     render_masformer_table2,
@@ -299,6 +300,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "masformer_table2-tiny": lambda: render_masformer_table2(RESULTS),
     "masformer_ablation-tiny": lambda: render_masformer_ablation(RESULTS),
     "masformer_lm_placement-tiny": lambda: render_masformer_lm_placement(RESULTS),
+    "masformer_continual-tiny": lambda: render_masformer_continual(RESULTS),
 }
 
 

@@ -254,3 +254,33 @@ def render_masformer_lm_placement(results: Path, column: str = "arxiv") -> str:
                     f"[{float(t['low']):+.3f}, {float(t['high']):+.3f}] nats per token, p = {p:.2g})")
     return "\n".join(lines) + "\n\n" + ("Paired, Holm-corrected over the " + str(len(said)) + " comparisons: "
                                         + "; ".join(said) + "." if said else "No comparison has both rows yet.")
+
+
+def render_masformer_continual(results: Path) -> str:
+    """The tiny Table 3: MASFormer l = 2 of 6 fine-tuned without continual training, after a short one and after one
+    at the fine-tuning length, each continued row against the one without (R-2, test, paired, Holm)."""
+    from scaleformer.artifacts.grid import profile_datasets
+
+    spec = _load("masformer_continual")
+    column = profile_datasets(spec, "tiny")[0]
+    rows = [r for r in _read(results / "tiny" / "masformer_continual.csv") if r["dataset"] == column]
+    by = {(r["split"], r["method"], r["metric"]): r for r in rows}
+    labels, base = spec["method_labels"], spec["baseline"]
+    lines = ["From `results/tiny/masformer_continual.csv` (`make masformer_continual PROFILE=tiny`; its first row is "
+             "Table 2's runs): R-1 / R-2 / R-L on the test split with R-2's 95% interval over documents; each continued "
+             "row minus the row without, paired on the test documents, Holm-corrected; the paper's QMSUM R-2 beside.",
+             "", "| row | seeds | R-1 / R-2 / R-L test | R-2 test [95% CI] | vs w.o. C.T. (R-2, test) | paper: R-2 |",
+             "|---|---|---|---|---|---|"]
+    pairs = []
+    for method in spec["methods"]:
+        test = {m: by.get(("test", method, m)) for m in ("rouge1", "rouge2", "rougeL")}
+        if not test["rouge2"] or not test["rouge2"].get("ours"):
+            continue
+        three = " / ".join(f"{float(r['ours']):.1f}" if r and r.get("ours") else "–" for r in test.values())
+        paper = ((spec["paper"]["dev"].get(method) or {}).get("qmsum") or [None, None])[1]
+        if method != base:
+            pairs.append((method, base, test["rouge2"]))
+        lines.append(f"| {labels[method]} | {test['rouge2'].get('n_seeds') or '–'} | {three} | {_point(test['rouge2'])} | "
+                     f"{_paired(test['rouge2']) if method != base else 'the baseline'} | "
+                     f"{paper if paper is not None else '–'} |")
+    return "\n".join(lines) + "\n\n" + ordering(spec, pairs, "qmsum", 1)

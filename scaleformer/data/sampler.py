@@ -66,6 +66,8 @@ class _Dealt(DistributedSampler):
     ``__init__`` is not called: it needs the group, which does not exist yet when the loader is built."""
 
     epoch = 0
+    drop_last = False  # DistributedSampler's attributes a reader may look at: nothing dropped, no reshuffle here
+    shuffle = False
 
     @property
     def num_replicas(self) -> int:  # type: ignore[override]
