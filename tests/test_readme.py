@@ -55,7 +55,7 @@ COVERAGE: list[tuple[str, str, str]] = [
      "tests/artifacts/test_gpu_perf.py::test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table"),
     (r"^make (table1|table2|figure2|table_qa) PROFILE=smoke$", "test",
      "tests/artifacts/test_tables.py::test_smoke_profile_runs_the_grid_and_renders_it"),
-    (r"^make (table1|table2|figure2|table_qa|masformer_(table1|figure3|table2|figure4|ablation|lm_placement)) "
+    (r"^make (table1|table2|figure2|table_qa|masformer_(table1|figure3|table2|figure4|ablation|lm_placement|continual)) "
      r"PROFILE=tiny$", "long",
      "results/tiny/"),
     (r"^make masformer_table1 PROFILE=dryrun$", "test",
