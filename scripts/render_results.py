@@ -43,6 +43,7 @@ from results_masformer import (  # noqa: E402
     render_masformer_lm_placement,
     render_masformer_table1,
     render_masformer_table2,
+    render_summary_head,
 )
 from results_runs import (  # noqa: E402
     LABELS,
@@ -301,6 +302,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "masformer_ablation-tiny": lambda: render_masformer_ablation(RESULTS),
     "masformer_lm_placement-tiny": lambda: render_masformer_lm_placement(RESULTS),
     "masformer_continual-tiny": lambda: render_masformer_continual(RESULTS),
+    "summary-head-cpu": lambda: render_summary_head(RESULTS),
 }
 
 

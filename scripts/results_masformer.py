@@ -284,3 +284,31 @@ def render_masformer_continual(results: Path) -> str:
                      f"{_paired(test['rouge2']) if method != base else 'the baseline'} | "
                      f"{paper if paper is not None else '–'} |")
     return "\n".join(lines) + "\n\n" + ordering(spec, pairs, "qmsum", 1)
+
+
+def render_summary_head(results: Path) -> str:
+    """The output head of decoder-only summarization fine-tuning on every position against the summary's, from
+    ``results/bench/summary-head-cpu.json`` (``python -m scaleformer.bench.summary_head``)."""
+    import json
+
+    path = results / "bench" / "summary-head-cpu.json"
+    try:
+        r = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise MissingResults(f"{path}: {e}") from None
+    every, *only = r["paper_shape"]
+    peak = r["matmul_peak_gflops"] * 1e9
+
+    def mb(row: dict[str, Any]) -> str:
+        return f"{row['mem_growth_bytes'] / 1e6:,.0f} MB" if row.get("mem_growth_bytes") is not None else "n/a"
+
+    parts = [f"{o['variant'].split('(')[1].split(':')[0]}'s ({o['positions']:,} positions) {o['time_s']:.3f} s, "
+             f"{every['time_s'] / o['time_s']:.0f}x less, {mb(o)}" for o in only]
+    a, b = r["reader"]
+    return (f"At the paper's shape (n = {r['n']:,}, width {r['width']:,}, vocabulary {r['vocab']:,}, fp32, forward and "
+            f"backward, median of {r['repeats']} on {r['threads']} CPU threads), the head and the loss on every "
+            f"position take {every['time_s']:.2f} s (IQR {every['time_iqr_s']:.2f}; floor {every['flops'] / peak:.1f} s "
+            f"at the measured matmul rate) and grow the peak by {mb(every)}; on the summary's positions only: "
+            f"{'; '.join(parts)}. On the tiny reader (vocabulary 1,738) the whole training step is "
+            f"{a['time_s']:.3f} s against {b['time_s']:.3f} s (IQR {a['time_iqr_s']:.3f} / {b['time_iqr_s']:.3f}): "
+            "its head is too small a part of the step to show.\n")

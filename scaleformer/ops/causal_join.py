@@ -63,10 +63,11 @@ def _take(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 def join(doc_ids: torch.Tensor, doc_mask: torch.Tensor, labels: torch.Tensor | None, sp: Specials, *, n: int,
          room: int, prefix_ids: torch.Tensor | None = None, prefix_mask: torch.Tensor | None = None
-         ) -> dict[str, torch.Tensor]:
+         ) -> dict[str, Any]:
     """The right-padded sequences ``input_ids``/``attention_mask`` ``[B, T]``, ``targets [B, T]`` (the token where it
-    is one of the summary's, its eos included, else -100) and ``prompt_lengths [B]`` (document, query, separator).
-    ``labels=None``: the prompts alone."""
+    is one of the summary's, its eos included, else -100), ``prompt_lengths [B]`` (document, query, separator) and
+    ``first_target`` (an int: the earliest row's summary start, where the loss begins). ``labels=None``: the
+    prompts alone."""
     rows, dev = doc_ids.shape[0], doc_ids.device
     q = _lengths(prefix_mask, rows, dev)  # [B]
     keep = torch.minimum(doc_mask.sum(1), n - room - 1 - q)  # [B] document tokens kept
@@ -86,7 +87,7 @@ def join(doc_ids: torch.Tensor, doc_mask: torch.Tensor, labels: torch.Tensor | N
         content = torch.minimum(end - start, torch.full_like(end, room - 1)).clamp(min=0)  # [B] summary text tokens
     c = b + 1  # the summary's first token
     d = c + content + (labels is not None)  # one past the eos (the prompt's end without labels)
-    width = int(d.max())
+    width, first = torch.stack([d.max(), c.min()]).tolist()  # one read of the device: [T], the earliest summary
     j = torch.arange(width, device=dev)[None]  # [1, T]
     a_, b_, c_, d_ = a[:, None], b[:, None], c[:, None], d[:, None]
     ids = torch.full((rows, width), sp.pad, dtype=torch.long, device=dev)  # [B, T]
@@ -101,7 +102,8 @@ def join(doc_ids: torch.Tensor, doc_mask: torch.Tensor, labels: torch.Tensor | N
         ids = torch.where(j == d_ - 1, torch.full_like(ids, sp.eos), ids)
         summary = (j >= c_) & (j < d_)
         targets = torch.where(summary, ids, targets)
-    return {"input_ids": ids, "attention_mask": (j < d_).long(), "targets": targets, "prompt_lengths": c}
+    return {"input_ids": ids, "attention_mask": (j < d_).long(), "targets": targets, "prompt_lengths": c,
+            "first_target": first}
 
 
 def left_pad(ids: torch.Tensor, lengths: torch.Tensor, pad: int) -> tuple[torch.Tensor, torch.Tensor]:

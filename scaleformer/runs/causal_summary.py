@@ -12,6 +12,7 @@ encoder-decoder runs average theirs, :mod:`scaleformer.ops.loss`); generation co
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any
 
@@ -58,13 +59,15 @@ class CausalSummarizationModule(SummarizationModule):
         self.room = int(room or data.get("max_target_tokens") or DataConfig.max_target_tokens)
         self.n = int(self.method.cfg.max_length)
         self.specials = Specials.of(self.tokenizer)
+        # Hugging Face's causal LMs take logits_to_keep (generation's prefill uses it); a custom one may not.
+        self.head_keeps = "logits_to_keep" in inspect.signature(self.model.backbone.forward).parameters
 
     @staticmethod
     def carry(model: torch.nn.Module, method: Method) -> ScaleformerForCausalLM:
         """The Hugging Face class that carries the method (its layers routed to their spans)."""
         return model if isinstance(model, ScaleformerForCausalLM) else ScaleformerForCausalLM.from_parts(model, method)
 
-    def joined(self, batch: dict[str, Any], with_summary: bool) -> dict[str, torch.Tensor]:
+    def joined(self, batch: dict[str, Any], with_summary: bool) -> dict[str, Any]:
         return join(batch["input_ids"], batch["attention_mask"], batch["labels"] if with_summary else None,
                     self.specials, n=self.n, room=self.room, prefix_ids=batch.get("prefix_ids"),
                     prefix_mask=batch.get("prefix_mask"))
@@ -72,9 +75,16 @@ class CausalSummarizationModule(SummarizationModule):
     def forward(self, batch: dict[str, Any]) -> torch.Tensor:
         """Each document's mean next-token loss over its summary tokens, then their mean."""
         seq = self.joined(batch, with_summary=True)
-        targets = seq["targets"]  # [B, T], -100 outside the summaries
-        logits = self.model(input_ids=seq["input_ids"], attention_mask=seq["attention_mask"]).logits  # [B, T, V]
-        scored = (targets[:, 1:] != IGNORE)  # [B, T-1]: position t predicts token t + 1
+        width = seq["targets"].shape[1]
+        # The output head runs only where the loss is: from the position before the earliest summary token on (K of
+        # the T positions; at n = 8,192 with a 256-token summary, the head's FLOPs and the [B, T, V] fp32 logits and
+        # their gradient, 1.6 GB each at a 50k vocabulary, shrink 30-fold).
+        k = width - seq["first_target"] + 1
+        targets = seq["targets"][:, width - k:]  # [B, K], -100 outside the summaries
+        head = {"logits_to_keep": k} if self.head_keeps else {}
+        out = self.model(input_ids=seq["input_ids"], attention_mask=seq["attention_mask"], **head)
+        logits = out.logits[:, -k:]  # [B, K, V] (a head without logits_to_keep computed all T)
+        scored = (targets[:, 1:] != IGNORE)  # [B, K-1]: position t predicts token t + 1
         nll = token_nll(logits, targets.clamp(min=0), scored.new_ones(targets.shape)) * scored  # [B, T-1]
         per_doc = nll.sum(1) / scored.sum(1).clamp(min=1)  # [B]
         return per_doc.mean()

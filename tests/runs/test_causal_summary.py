@@ -62,6 +62,30 @@ def test_the_loss_reads_only_the_summary_tokens_each_document_weighted_alike(tmp
     assert len(set((seq["targets"] != IGNORE).sum(1).tolist())) > 1  # summaries differ: the weighting shows
 
 
+def test_the_output_head_runs_only_where_the_loss_is(tmp_path):
+    """The head reads the positions from the one before the earliest summary token on, not all T; the loss and
+    its gradient equal those of the head on every position."""
+    module, batch = _module_and_batch(tmp_path)
+    seq = module.joined(batch, with_summary=True)
+    width, first = seq["targets"].shape[1], int(seq["prompt_lengths"].min())
+    head, seen = module.model.backbone.get_output_embeddings(), []
+    hook = head.register_forward_hook(lambda _m, args, _out: seen.append(args[0].shape[1]))
+
+    def loss_and_grad(keeps: bool) -> tuple[float, torch.Tensor]:
+        module.head_keeps = keeps
+        module.zero_grad()
+        loss = module(batch)
+        loss.backward()
+        return float(loss), head.weight.grad.clone()
+
+    assert module.head_keeps, "tiny_gpt2 takes logits_to_keep"
+    sliced, full = loss_and_grad(True), loss_and_grad(False)
+    hook.remove()
+    assert seen == [width - first + 1, width] and first > width // 2  # the documents are most of each sequence
+    assert sliced[0] == pytest.approx(full[0], rel=1e-6)
+    torch.testing.assert_close(sliced[1], full[1], rtol=1e-5, atol=1e-7)
+
+
 def test_batched_greedy_summaries_equal_one_document_at_a_time(tmp_path):
     """Left-padded prompts of different lengths decode as each alone (positions and spans by real tokens)."""
     import dataclasses
