@@ -144,6 +144,14 @@ def row_overrides(spec: dict[str, Any], prof: dict[str, Any], row: str) -> list[
     return [*sizes.get(row, sizes.get(spec_row.get("like"), [])), *spec_row.get("overrides", [])]
 
 
+def cell_overrides(spec: dict[str, Any], prof: dict[str, Any], row: str, column: str) -> list[str]:
+    """One cell's own settings (the profile's ``cell_overrides: {row: {column: [...]}}``, else the ``like`` row's):
+    what a paper chose per method and data set, e.g. MASFormer's fine-tuning learning rates (its Table 7)."""
+    table = prof.get("cell_overrides", {})
+    like = (spec.get("rows") or {}).get(row, {}).get("like")
+    return list(table.get(row, table.get(like, {})).get(column, []))
+
+
 def method_available(option: str) -> bool:
     """A grid's method is runnable when conf/method/<option>.yaml exists (it names a registered method)."""
     return (conf_dir() / "method" / f"{option}.yaml").exists()
@@ -197,7 +205,8 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
             for m in (m for m in rows if seed in seeds(spec, profile, m)):
                 # A method's own settings go before its group choice, which stays last (multiruns sweep it);
                 # Hydra applies value overrides after the group choices whatever their order.
-                own = [*([f"seed={seed}"] if seed is not None else []), *row_overrides(spec, prof, m)]
+                own = [*([f"seed={seed}"] if seed is not None else []), *row_overrides(spec, prof, m),
+                       *cell_overrides(spec, prof, m, ds)]
                 option, skipped = row_method(spec, m), (prof.get("skip_rows") or {}).get(m)
                 cells.append(Cell(ds, m, [*base, *data, *own, f"method={option}"],
                                   available=method_available(option) and not skipped, seed=seed, skipped=skipped))

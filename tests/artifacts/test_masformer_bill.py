@@ -11,6 +11,8 @@ import pytest
 from scaleformer.artifacts import grid
 from scaleformer.artifacts.masformer_bill import H100_BF16_DENSE, parameters
 from scaleformer.cli.reproduce import main
+from scaleformer.compose import compose_config
+from scaleformer.runs.context import to_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = grid.load_spec(ROOT / "experiments" / "masformer_table1.yaml")
@@ -62,3 +64,56 @@ def test_table2_rows_fine_tune_their_own_continually_trained_models(tmp_path):
     window = [o for o in stage["window_1024"].overrides if o.startswith(("method", "data"))]
     assert "method=sliding_window" in window and "method.window=1024" in window and "data=arxiv_lm" in window
     assert any(o.startswith("data.corpus=") for o in stage["window_1024"].overrides), "continued on the Pile"
+
+
+T2 = grid.load_spec(ROOT / "experiments" / "masformer_table2.yaml")
+
+
+def test_table2_paper_profile_follows_appendix_b():
+    """Each fine-tuning cell carries the paper's choices: the learning rate its sweep chose (Table 7), the summary
+    length and steps of its data set (Table 8, section 4.2.1), a linear schedule and weight decay 0.001."""
+    cells = {(c.method, c.key): c for c in grid.expand_grid(T2, "paper") if c.available}
+    want = {("full", "qmsum"): (1e-5, 3000, 32, 256), ("masformer_l4", "arxiv"): (1e-3, 12000, 64, 512),
+            ("block_4096", "govreport"): (1e-5, 8000, 32, 1024), ("window_1024", "qmsum"): (5e-4, 3000, 32, 256)}
+    for key, (lr, steps, batch, room) in want.items():
+        rc = to_config(compose_config(cells[key].overrides))
+        t = rc.trainer
+        assert (rc.optim.lr, t.max_steps, rc.data.max_target_tokens) == (lr, steps, room), key
+        assert rc.data.batch_size * t.accumulate_grad_batches * t.devices == batch, key
+        assert rc.generation.max_new_tokens == room - 1 and rc.method.max_length == 8192
+        assert (rc.optim.schedule, rc.optim.weight_decay, rc.generation.num_beams) == ("linear", 0.001, 1)
+    ablation = grid.load_spec(ROOT / "experiments" / "masformer_ablation.yaml")
+    top = next(c for c in grid.expand_grid(ablation, "paper") if c.method == "masformer_l8_top" and c.key == "qmsum")
+    assert "optim.lr=5e-5" in top.overrides, "a row `like` Table 2's l = 8 takes its rate (the paper gives none)"
+
+
+def test_table2_bill_prices_its_own_continual_runs_fine_tuning_and_generation(tmp_path):
+    assert main(["masformer_table2", "--profile", "dryrun", "--out-dir", str(tmp_path)]) == 0
+    bill = json.loads((tmp_path / "masformer_table2.json").read_text())
+    n, L, d, V, N = 8192, 24, 2048, 50304, 1_208_602_624
+    cont = {c["method"]: c for c in bill["continual"]}
+    assert {m for m, c in cont.items() if c.get("priced_in") == "masformer_table1"} == {
+        "full", "block_2048", "masformer_l4", "masformer_l8"}, "Table 1's own runs: priced in its bill"
+    w = cont["window_1024"]
+    assert w["sequences"] == 50_000 * 128 and w["pairs_per_sequence"] == L * sum(min(i + 1, 1025) for i in range(n))  # w keys back, itself
+    assert w["flops"] == 50_000 * 128 * (6 * n * (N + V * d) + 12 * d * w["pairs_per_sequence"])
+    assert cont["full"]["flops"] == 0 and w["floor_h100_hours"] > 100
+    cells = {(c["method"], c["dataset"]): c for c in bill["cells"]}
+    assert len(cells) == 27
+    full = cells[("full", "qmsum")]
+    pairs = L * n * (n + 1) // 2
+    assert full["sequences"] == 3000 * 32 and full["head_positions"] == 257  # the summary's 256 and the sep
+    assert full["flops"] == 3000 * 32 * (6 * n * N + 6 * 257 * V * d + 12 * d * pairs)
+    g = full["generation"]
+    prompt, new, docs = n - 256, 255, 272 + 281
+    assert (g["documents"], g["prompt_tokens"], g["new_tokens"]) == (docs, prompt, new)
+    assert g["batches"] == -(-docs // (8 * 8)) * 8  # batches of 8 documents on each of 8 processes
+    keys = L * ((prompt + new) * (prompt + new + 1) // 2 - prompt * (prompt + 1) // 2)
+    assert g["prefill_flops"] == docs * (2 * prompt * N + 2 * V * d + 4 * d * L * prompt * (prompt + 1) // 2)
+    assert g["decode_bytes"] == g["batches"] * new * 2 * (N + V * d) + docs * 4 * d * keys
+    assert g["decode_bound"] == "bandwidth"  # a batch of 8 reads 2.6 GB of weights for 8 tokens
+    stages = bill["floor_h100_hours_by_stage"]
+    assert stages["continual"] == pytest.approx(sum(c["floor_h100_hours"] for c in bill["continual"]))
+    assert bill["floor_h100_hours"] == pytest.approx(sum(stages.values()))
+    text = (tmp_path / "masformer_table2.md").read_text()
+    assert "masformer_table1's own | 0 here" in text and "at least" in text
