@@ -133,6 +133,9 @@ def read_meta(folder: Path, tokenizer: Any) -> dict[str, Any]:
     size = np.dtype(meta["dtype"]).itemsize
     for k, count in enumerate(meta["shards"]):
         f = folder / shard_name(k)
+        if not f.is_file():
+            raise DataError(f"{folder}: {META} records {count} tokens in {f.name}, which is missing; delete the "
+                            "folder to tokenize the corpus again")
         if f.stat().st_size != count * size:
             with open(f, "r+b") as h:
                 h.truncate(count * size)

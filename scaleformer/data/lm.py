@@ -70,6 +70,10 @@ class LanguageModelingData:
         for role in configured_roles(self.cfg):
             if role != "train" or self.cfg.corpus is None:  # the corpus replaces the train split
                 self.docs[role] = self._read(source, role)
+        if self.cfg.corpus is not None and self.cfg.max_train_examples is not None:
+            log.warning("data.max_train_examples=%d is not read with data.corpus=%s: the corpus is read by tokens "
+                        "(trainer.max_steps x the batch x method.max_length)", self.cfg.max_train_examples,
+                        self.cfg.corpus)
         if self.cfg.corpus is not None and self.train_rows:
             folder = prepare(self.cfg, self.tokenizer, tokenizer_fingerprint(self.tokenizer),
                              int(self.train_rows) * self.length)

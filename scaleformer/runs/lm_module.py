@@ -144,8 +144,11 @@ class LanguageModelModule(OptimizedModule):
         self.val_rows = []
 
     def on_validation_epoch_end(self) -> None:
-        tokens = sum(r["tokens"] for r in self.val_rows)
+        # Each process scored its own share of the documents: the token-weighted loss is over every process's
+        # (summed across them, so every process logs, and an early stop decides on, the same number).
+        local = torch.tensor([sum(r["nll"] for r in self.val_rows), sum(r["tokens"] for r in self.val_rows)],
+                             dtype=torch.float64, device=self.device)
+        nll, tokens = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()
         if tokens:
-            loss = sum(r["nll"] for r in self.val_rows) / tokens
-            self.log("val/loss", loss, prog_bar=True)
-            self.log("val/ppl", math.exp(loss))
+            self.log("val/loss", nll / tokens, prog_bar=True)
+            self.log("val/ppl", math.exp(nll / tokens))

@@ -11,6 +11,7 @@ import pytest
 
 from scaleformer.data import corpus as corpus_module
 from scaleformer.data.corpus import CorpusRows, prepare, stream_texts
+from scaleformer.data.errors import DataError
 from scaleformer.data.mirrors import PILE, write_pile
 from scaleformer.model.tokenizer import load_offline_tokenizer, tokenizer_fingerprint
 
@@ -92,3 +93,10 @@ def test_the_pile_layout_streams_in_file_order(tmp_path, tok):
     cfg.corpus_field = "meta"
     with pytest.raises(Exception, match="data.corpus_field"):
         next(stream_texts(cfg, 0))
+
+
+def test_a_recorded_shard_that_is_gone_stops_in_one_line(tmp_path, tok):
+    folder = prepare(_cfg(tmp_path), tok, tokenizer_fingerprint(tok), 50, read=_read, shard_tokens=20)
+    (folder / "tokens-00001.bin").unlink()
+    with pytest.raises(DataError, match=r"tokens-00001.bin, which is missing; delete the folder"):
+        prepare(_cfg(tmp_path), tok, tokenizer_fingerprint(tok), 50, read=_read, shard_tokens=20)

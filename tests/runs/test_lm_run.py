@@ -4,6 +4,7 @@ through a span method, its perplexity against an independent computation, and an
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -92,13 +93,17 @@ def test_language_modeling_refuses_an_encoder_decoder_and_best_selection(tmp_pat
                         "trainer.val_check_interval=2")))
 
 
-def test_continual_training_reads_its_corpus_from_the_piles_layout(tmp_path):
+def test_continual_training_reads_its_corpus_from_the_piles_layout(tmp_path, caplog):
     """data.corpus replaces the train split (MASFormer continues on the Pile, evaluates on ArXiv and PubMed): the
-    run tokenizes ahead the rows its steps read and trains on them in stream order."""
+    run tokenizes ahead the rows its steps read and trains on them in stream order; a document cap is not read
+    (the corpus is read by tokens), and the log says so."""
     from scaleformer.data.mirrors import PILE, write_pile
 
     folder = write_pile(tmp_path / "mirror" / PILE, {"train": 12, "validation": 1, "test": 1}, scale=0.3)
-    result = run(compose(_lm(tmp_path, f"data.corpus={folder}", "data.corpus_files=train/*.jsonl.zst")))
+    with caplog.at_level(logging.WARNING):
+        result = run(compose(_lm(tmp_path, f"data.corpus={folder}", "data.corpus_files=train/*.jsonl.zst",
+                                 "data.max_train_examples=1")))
+    assert "data.max_train_examples=1 is not read with data.corpus" in caplog.text
     train = result["data"]["summary"]["train"]
     assert train["corpus"] == str(folder) and train["rows_read"] == 4 * 2 <= train["packed_rows"]
     assert train["tokens"] >= 8 * 256

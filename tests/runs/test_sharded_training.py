@@ -3,6 +3,7 @@ process that accumulates the two micro-batches, through an interruption and a re
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -38,7 +39,8 @@ def _nll(root: Path, step: int) -> dict[str, float]:
 
 def test_two_sharded_processes_train_as_one_through_an_interruption(tmp_path):
     one = run(compose(_lm(tmp_path, "one", "trainer.max_steps=4", "trainer.accumulate_grad_batches=2")))
-    fsdp = ("trainer.devices=2", "trainer.strategy=fsdp")
+    fsdp = ("trainer.devices=2", "trainer.strategy=fsdp", "trainer.val_check_interval=2",
+            "trainer.limit_val_batches=1.0")
     first = train_py_gloo(*_lm(tmp_path, "fsdp", "trainer.max_steps=2", *fsdp))
     assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
     assert "sharded over 2 processes (FSDP2): 2 decoder layers" in first.stderr + first.stdout
@@ -52,6 +54,13 @@ def test_two_sharded_processes_train_as_one_through_an_interruption(tmp_path):
     assert list(sharded) == list(single) and len(single) == 6, "every document once, in file order"
     for doc, value in single.items():  # the same weights to float rounding (gloo sums in another order)
         assert sharded[doc] == pytest.approx(value, rel=1e-5), doc
+    logged = [r for f in sorted((tmp_path / "fsdp").rglob("metrics.csv"))
+              for r in csv.DictReader(f.open(encoding="utf-8")) if r.get("val/loss")]
+    rows = [json.loads(line) for line in next((tmp_path / "fsdp").rglob("eval/step_4-*/scores_validation.jsonl"))
+            .read_text().splitlines()]
+    pooled = sum(r["nll"] for r in rows) / sum(r["tokens"] for r in rows)  # both processes' documents
+    assert [int(r["step"]) for r in logged] == [1, 3], "validated during fit at steps 2 and 4"
+    assert float(logged[-1]["val/loss"]) == pytest.approx(pooled, rel=1e-5), "val/loss over both processes"
     early = _nll(tmp_path / "fsdp", 2)  # what training moved in the two resumed steps
     assert max(abs(early[d] - single[d]) / single[d] for d in single) > 1e-3
 
