@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -238,3 +239,18 @@ def _render_summarization(spec: dict[str, Any], record: dict[str, Any]) -> list[
             f"utilisation: {hours['continual']:,.0f} of continual training ({len(own)} runs of "
             f"{len(record['continual'])}; the others are priced in their own artifact's bill), "
             f"{hours['training']:,.0f} of fine-tuning, {hours['generation']:,.1f} of generation."]
+
+
+def counted_floor(artifact: str, folder: Path) -> tuple[float, str] | None:
+    """(floor hours, one line) where the artifact's dry run is a counted bill (this module's), else None: what a
+    paper launch says before it asks for ``--yes``."""
+    path = folder / f"{artifact}.json"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    floor = record.get("floor_h100_hours") if isinstance(record, dict) else None
+    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not math.isfinite(floor) or floor <= 0:
+        return None
+    return float(floor), (f"the paper profile of {artifact} is counted at no less than {floor:,.0f} H100-hours at "
+                          f"peak, before utilisation ({path.with_suffix('.md')})")

@@ -25,7 +25,7 @@ from scaleformer.artifacts.costs import paper_estimate
 from scaleformer.artifacts.figures import build_figure
 from scaleformer.artifacts.grid import load_spec, select_methods
 from scaleformer.artifacts.gridrun import launch, run_grid
-from scaleformer.artifacts.masformer_bill import build_bill
+from scaleformer.artifacts.masformer_bill import build_bill, counted_floor
 from scaleformer.artifacts.perplexity_figure import build_perplexity_figure
 from scaleformer.artifacts.perplexity_tables import build_perplexity
 from scaleformer.artifacts.tables import build_table
@@ -82,10 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     local = spec["profiles"][args.profile].get("runner") == "local" and not args.launcher
     costs = bool(spec["profiles"][args.profile].get("cost_table"))
     if (args.profile == "paper" or costs) and not args.render_only:  # the dry run says what it will price
-        hours, line = paper_estimate(args.artifact, Path("results") / "dryrun")
+        counted = counted_floor(args.artifact, Path("results") / "dryrun")  # MASFormer's bills: a floor
+        hours, line = counted or paper_estimate(args.artifact, Path("results") / "dryrun")
         print(line, flush=True)
         if args.profile == "paper" and not args.yes and (hours is None or hours > 1):  # unknown: as if long
-            said = line if hours is None else f"the paper profile of {args.artifact} is estimated at {hours:,.0f} h"
+            said = (line if hours is None or counted else
+                    f"the paper profile of {args.artifact} is estimated at {hours:,.0f} h")
             print(f"error: {said}; pass --yes to run it", file=sys.stderr)
             return 2
     if not args.render_only and local:

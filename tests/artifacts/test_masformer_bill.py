@@ -117,3 +117,15 @@ def test_table2_bill_prices_its_own_continual_runs_fine_tuning_and_generation(tm
     assert bill["floor_h100_hours"] == pytest.approx(sum(stages.values()))
     text = (tmp_path / "masformer_table2.md").read_text()
     assert "masformer_table1's own | 0 here" in text and "at least" in text
+
+
+def test_a_paper_launch_quotes_the_counted_floor_before_asking_for_yes(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # results/dryrun/ of this folder
+    assert main(["masformer_table1", "--profile", "paper"]) == 2
+    assert "unknown: no cost table yet" in capsys.readouterr().err
+    assert main(["masformer_table1", "--profile", "dryrun"]) == 0
+    floor = json.loads((tmp_path / "results" / "dryrun" / "masformer_table1.json").read_text())["floor_h100_hours"]
+    capsys.readouterr()
+    assert main(["masformer_table1", "--profile", "paper"]) == 2, "nothing runs without --yes"
+    err = capsys.readouterr().err
+    assert f"counted at no less than {floor:,.0f} H100-hours at peak" in err and "pass --yes" in err
