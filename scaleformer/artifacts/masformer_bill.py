@@ -40,14 +40,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from scaleformer.artifacts.grid import (
-    Cell,
-    continual_stage,
-    expand_grid,
-    load_spec,
-    resolve_run_ids,
-    row_continual,
-)
+from scaleformer.artifacts.grid import Cell, continual_stage, expand_grid, load_spec, row_continual
 from scaleformer.compose import compose_config
 from scaleformer.io import atomic_write_text
 from scaleformer.methods import build_method, method_config
@@ -126,22 +119,20 @@ def continual_bills(spec: dict[str, Any], priced: str, cells: list[Cell], shape:
                     ) -> list[dict[str, Any]]:
     """The continual training the profile's rows start from, each run once: priced, or zero where it is the other
     artifact's own run (the same identity: trained once for both, priced in that artifact's bill)."""
-    stage = continual_stage(cells)
-    resolve_run_ids(stage)
-    theirs: dict[tuple[str, str], set[str | None]] = {}
+    theirs: dict[tuple[str, str], set[str]] = {}
     rows = []
-    for c in stage:
+    for c in continual_stage(cells):
         cont = row_continual(spec, priced, c.method) or {}
         key = (cont["artifact"], cont["profile"])
-        if key not in theirs:
-            other = [o for o in expand_grid(load_spec(experiments_dir() / f"{key[0]}.yaml"), key[1])
-                     if o.available and o.train_from is None]
-            resolve_run_ids(other)
-            theirs[key] = {o.run_id for o in other}
-        bill = cell_bill(to_config(compose_config(c.overrides)), shape)
-        if c.run_id in theirs[key]:
+        if key not in theirs:  # the other artifact's trained runs, named by their composed configs
+            other = expand_grid(load_spec(experiments_dir() / f"{key[0]}.yaml"), key[1])
+            theirs[key] = {str(to_config(compose_config(o.overrides)).paths.run_id) for o in other
+                           if o.available and o.train_from is None}
+        rc = to_config(compose_config(c.overrides))
+        bill = cell_bill(rc, shape)
+        if str(rc.paths.run_id) in theirs[key]:
             bill |= {"sequences": 0, "tokens": 0, "flops": 0, "floor_h100_hours": 0.0, "priced_in": key[0]}
-        rows.append({"method": c.method, "run_id": c.run_id, **bill})
+        rows.append({"method": c.method, "run_id": str(rc.paths.run_id), **bill})
     return rows
 
 
