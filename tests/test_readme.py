@@ -62,6 +62,8 @@ COVERAGE: list[tuple[str, str, str]] = [
      "tests/artifacts/test_masformer_bill.py::test_the_bill_counts_each_cell_from_its_own_spans"),
     (r"^make masformer_table2 PROFILE=dryrun$", "test", "tests/artifacts/test_masformer_bill.py::"
      "test_table2_bill_prices_its_own_continual_runs_fine_tuning_and_generation"),
+    (r"^make masformer_(continual|ablation) PROFILE=dryrun$", "test", "tests/artifacts/test_masformer_bill.py::"
+     "test_tables_3_and_4_bills_price_only_the_runs_table2_does_not_have"),
     (r"^make masformer_table2 PROFILE=smoke$", "test", "tests/artifacts/test_perplexity_tables.py::"
      "test_masformer_table2_smoke_renders_rouge_rows_on_the_profiles_own_column"),
     (r"^make masformer_(table1|table2) PROFILE=rehearsal$", "test", "tests/artifacts/test_masformer_rehearsal.py::"

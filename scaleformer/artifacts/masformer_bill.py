@@ -40,7 +40,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from scaleformer.artifacts.grid import Cell, continual_stage, expand_grid, load_spec, row_continual
+from scaleformer.artifacts.grid import (
+    Cell,
+    continual_stage,
+    expand_grid,
+    load_spec,
+    resolve_run_ids,
+    row_continual,
+)
 from scaleformer.compose import compose_config
 from scaleformer.io import atomic_write_text
 from scaleformer.methods import build_method, method_config
@@ -115,24 +122,37 @@ def cell_bill(rc: Any, shape: dict[str, Any]) -> dict[str, Any]:
             "spans": [f"{s.kind}{'' if s.kind == 'full' else f' {s.size}'}" for s in spans]}
 
 
-def continual_bills(spec: dict[str, Any], priced: str, cells: list[Cell], shape: dict[str, Any]
+def priced_elsewhere(spec: dict[str, Any], priced: str, cells: list[Cell]) -> dict[str | None, str]:
+    """Run id -> the artifact whose bill prices that run: the trained runs of the artifact a continual stage comes
+    from (Table 1's), and the runs of the artifact whose grid this one shares (``same_runs_as``: Tables 3 and 4 on
+    Table 2's), its continual stage included. ``cells`` are named too where there is such a grid (a fine-tuning
+    run's name holds its continual run's folder)."""
+    out: dict[str | None, str] = {}
+    parent = spec.get("same_runs_as")
+    if parent:
+        theirs = [c for c in expand_grid(load_spec(experiments_dir() / f"{parent}.yaml"), priced) if c.available]
+        resolve_run_ids(theirs)
+        resolve_run_ids(cells)
+        out |= {c.run_id: parent for c in [*continual_stage(theirs), *theirs]}
+    for name, profile in {(cont["artifact"], cont["profile"]) for c in cells
+                          if (cont := row_continual(spec, priced, c.method))}:
+        other = expand_grid(load_spec(experiments_dir() / f"{name}.yaml"), profile)
+        out |= {str(to_config(compose_config(o.overrides)).paths.run_id): name for o in other
+                if o.available and o.train_from is None}  # trained there (where both name it: there)
+    return out
+
+
+def continual_bills(cells: list[Cell], shape: dict[str, Any], elsewhere: dict[str | None, str]
                     ) -> list[dict[str, Any]]:
-    """The continual training the profile's rows start from, each run once: priced, or zero where it is the other
-    artifact's own run (the same identity: trained once for both, priced in that artifact's bill)."""
-    theirs: dict[tuple[str, str], set[str]] = {}
+    """The continual training the profile's rows start from, each run once: priced, or zero where another
+    artifact's bill prices the same run (the same identity: trained once for both)."""
     rows = []
     for c in continual_stage(cells):
-        cont = row_continual(spec, priced, c.method) or {}
-        key = (cont["artifact"], cont["profile"])
-        if key not in theirs:  # the other artifact's trained runs, named by their composed configs
-            other = expand_grid(load_spec(experiments_dir() / f"{key[0]}.yaml"), key[1])
-            theirs[key] = {str(to_config(compose_config(o.overrides)).paths.run_id) for o in other
-                           if o.available and o.train_from is None}
         rc = to_config(compose_config(c.overrides))
-        bill = cell_bill(rc, shape)
-        if str(rc.paths.run_id) in theirs[key]:
-            bill |= {"sequences": 0, "tokens": 0, "flops": 0, "floor_h100_hours": 0.0, "priced_in": key[0]}
-        rows.append({"method": c.method, "run_id": str(rc.paths.run_id), **bill})
+        run_id, bill = str(rc.paths.run_id), cell_bill(rc, shape)
+        if run_id in elsewhere:
+            bill |= {"sequences": 0, "tokens": 0, "flops": 0, "floor_h100_hours": 0.0, "priced_in": elsewhere[run_id]}
+        rows.append({"method": c.method, "run_id": run_id, **bill})
     return rows
 
 
@@ -143,13 +163,16 @@ def build_bill(spec: dict[str, Any], profile: str, out_dir: Path, methods: str |
     prof = spec["profiles"][profile]
     priced, shape = prof["prices"], prof["shape"]
     cells = [c for c in expand_grid(spec, priced, methods) if c.available]
-    continual = continual_bills(spec, priced, cells, shape)
+    elsewhere = priced_elsewhere(spec, priced, cells)
+    continual = continual_bills(cells, shape, elsewhere)
     rows = []
     for c in cells:
         rc = to_config(compose_config(c.overrides))  # the identity but the continual run's folder: same cost
         bill = cell_bill(rc, shape)
         if c.train_from is not None:  # evaluates another column's weights (share_training): trains nothing itself
             bill |= {"sequences": 0, "tokens": 0, "flops": 0, "floor_h100_hours": 0.0, "weights_from": c.train_from.key}
+        if c.run_id in elsewhere:  # the same run as the grid's own artifact (same_runs_as): priced in its bill
+            bill |= {"sequences": 0, "tokens": 0, "flops": 0, "floor_h100_hours": 0.0, "priced_in": elsewhere[c.run_id]}
         if rc.data.task_metric != "perplexity":  # summaries generated for every evaluated split
             counts = prof.get("eval_docs", {}).get(c.key, {})
             missing = [s for s in rc.trainer.eval_splits if s not in counts]
@@ -157,6 +180,8 @@ def build_bill(spec: dict[str, Any], profile: str, out_dir: Path, methods: str |
                 raise ValueError(f"profiles.{profile}.eval_docs.{c.key}: no document count for the split "
                                  f"{missing[0]!r} (the data set's published size)")
             bill["generation"] = generation_bill(rc, shape, sum(int(counts[s]) for s in rc.trainer.eval_splits))
+            if "priced_in" in bill:
+                bill["generation"] |= {"floor_h100_hours": 0.0}
         rows.append({"method": c.method, "dataset": c.key, **bill})
     hours = {"continual": sum(r["floor_h100_hours"] for r in continual),
              "training": sum(r["floor_h100_hours"] for r in rows),
@@ -222,14 +247,18 @@ def _render_summarization(spec: dict[str, Any], record: dict[str, Any]) -> list[
               "| row | column | C (paper) | sequences | fine-tuning (H100-hours) | documents | new tokens | "
               "decoding bound by | generation (H100-hours) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        g = r["generation"]
+        g, theirs = r["generation"], r.get("priced_in")
+        spent = (f"{theirs}'s run | 0" if theirs else f"{r['sequences']:,} | {r['floor_h100_hours']:,.1f}")
         lines.append(f"| {labels.get(r['method'], r['method'])} | {r['dataset']} | {r['cost_paper'] / 1e6:,.0f}M | "
-                     f"{r['sequences']:,} | {r['floor_h100_hours']:,.1f} | {g['documents']:,} | {g['new_tokens']} | "
-                     f"{g['decode_bound']} | {g['floor_h100_hours']:,.2f} |")
+                     f"{spent} | {g['documents']:,} | {g['new_tokens']} | {g['decode_bound']} | "
+                     f"{g['floor_h100_hours']:,.2f} |")
+    shared = sum("priced_in" in r for r in rows)
     return [*lines, "", f"All {len(rows)} cells: at least {record['floor_h100_hours']:,.0f} H100-hours at peak, before "
-            f"utilisation: {hours['continual']:,.0f} of continual training ({len(own)} runs of "
-            f"{len(record['continual'])}; the others are priced in their own artifact's bill), "
-            f"{hours['training']:,.0f} of fine-tuning, {hours['generation']:,.1f} of generation."]
+            f"utilisation: {hours['continual']:,.0f} of continual training ({len(own)} of the "
+            f"{len(record['continual'])} runs; the others are priced in their own artifact's bill), "
+            f"{hours['training']:,.0f} of fine-tuning"
+            + (f" ({shared} cells are {spec.get('same_runs_as')}'s runs, priced in its bill)" if shared else "")
+            + f", {hours['generation']:,.1f} of generation."]
 
 
 def counted_floor(artifact: str, folder: Path) -> tuple[float, str] | None:

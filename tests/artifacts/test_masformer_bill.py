@@ -129,3 +129,26 @@ def test_a_paper_launch_quotes_the_counted_floor_before_asking_for_yes(tmp_path,
     assert main(["masformer_table1", "--profile", "paper"]) == 2, "nothing runs without --yes"
     err = capsys.readouterr().err
     assert f"counted at no less than {floor:,.0f} H100-hours at peak" in err and "pass --yes" in err
+
+
+def test_tables_3_and_4_bills_price_only_the_runs_table2_does_not_have(tmp_path):
+    """Table 3's short continual training is priced at its own n (a quarter of the tokens); each fine-tuning run
+    that is Table 2's (the same name: Table 3's C.T. row, Table 4's bottom rows) is priced in Table 2's bill."""
+    assert main(["masformer_continual", "--profile", "dryrun", "--out-dir", str(tmp_path)]) == 0
+    t3 = json.loads((tmp_path / "masformer_continual.json").read_text())
+    cont = {c["method"]: c for c in t3["continual"]}
+    assert set(cont) == {"masformer_l8_ct_short", "masformer_l8_ct"}, "w.o. C.T. fine-tunes the reader as it is"
+    assert cont["masformer_l8_ct"]["priced_in"] == "masformer_table1"
+    short = cont["masformer_l8_ct_short"]
+    assert short["n"] == 2048 and short["tokens"] == 50_000 * 128 * 2048 and "priced_in" not in short
+    cells = {(c["method"], c["dataset"]): c for c in t3["cells"]}
+    assert {k for k, c in cells.items() if c.get("priced_in") == "masformer_table2"} == {
+        ("masformer_l8_ct", "qmsum"), ("masformer_l8_ct", "govreport")}
+    assert cells[("masformer_l8", "qmsum")]["flops"] > 0, "without continual training: a run of its own"
+    assert main(["masformer_ablation", "--profile", "dryrun", "--out-dir", str(tmp_path)]) == 0
+    t4 = json.loads((tmp_path / "masformer_ablation.json").read_text())
+    theirs = {c["method"] for c in t4["cells"] if c.get("priced_in") == "masformer_table2"}
+    assert theirs == {"masformer_l8", "masformer_l12"}, "the bottom rows are Table 2's runs"
+    assert {c["method"] for c in t4["continual"] if "priced_in" not in c} == {
+        "masformer_l8_middle", "masformer_l8_top", "masformer_l8_every", "masformer_l12_every"}
+    assert t4["floor_h100_hours"] == pytest.approx(sum(t4["floor_h100_hours_by_stage"].values()))
