@@ -1,6 +1,7 @@
 """What MASFormer's paper profiles cost, counted before any GPU is rented: ``make masformer_table1 PROFILE=dryrun``
 (continual training, then perplexity) and ``make masformer_table2 PROFILE=dryrun`` (summarization fine-tuning from
-each row's continually trained model, then greedy generation).
+each row's continually trained model, then greedy generation; ``masformer_continual`` and ``masformer_ablation`` the
+same on Table 2's grid).
 
 The summarization tables of ScaleFormer price their paper profile by running each cell for a few steps at the real
 shape (:mod:`scaleformer.artifacts.costs`). A 1.4B-parameter model at 8,192 tokens does not fit that on a CPU (its
@@ -26,8 +27,9 @@ weights, gradients and Adam state alone are ~23 GB in fp32), so this bill is cou
   bytes at an H100's HBM bandwidth and the FLOPs at its peak;
 - the floor: those FLOPs at 100% of an H100's dense bf16 peak (989.4 TFLOP/s). A real run takes the floor divided
   by the utilisation it reaches, which only a GPU measures; none has run these profiles, so none is assumed.
-- a profile whose rows start from continually trained models (``continual``) prices that stage too: a row's
-  continual run that is another artifact's own (Table 1's) is priced there and counted here at zero.
+- a profile whose rows start from continually trained models (``continual``) prices that stage too; a run that is
+  another artifact's own (the same name: Table 1's continual runs, and for Tables 3 and 4, whose grid is Table 2's,
+  Table 2's fine-tuning and continual runs) is priced in that artifact's bill and counted here at zero.
 
 Written: ``results/dryrun/<artifact>.{md,json}``.
 """

@@ -47,7 +47,8 @@ READER_PATTERNS = [("full_attention", "full_attention", {}), ("masformer l=2", "
                    ("block 128", "block_attention", {}), ("window 64", "sliding_window", {})]
 
 
-def _timed(fn: Any, repeats: int) -> dict[str, Any]:
+def timed_phase(fn: Any, repeats: int) -> dict[str, Any]:
+    """``fn`` after an untimed warm-up, ``repeats`` timed runs (median, IQR) and the peak memory they grew."""
     fn()  # untimed warm-up
     probe = MemoryProbe(CPU)
     base = probe.start()
@@ -68,7 +69,7 @@ def layer_attention(n: int, repeats: int, heads: int = 16, dh: int = 128) -> lis
         pairs = span.pairs(n)
         rows.append({"pattern": label, "kind": span.kind, "size": span.size, "n": n, "paper_cost": layer_cost(span, n),
                      "pairs": pairs, "flops": 3 * 4 * pairs * dh * heads,  # QK^T and PV, forward + 2x backward
-                     **_timed(step, repeats)})
+                     **timed_phase(step, repeats)})
     return rows
 
 
@@ -100,9 +101,9 @@ def _reader_row(label: str, option: str, settings: dict[str, Any], ids: torch.Te
         compat.crop_cache(cache, n - 1)  # back to n - 1 cached positions for the next timed token
 
     model.train()
-    step = _timed(train_step, repeats)
+    step = timed_phase(train_step, repeats)
     model.eval()
-    token = _timed(one_token, repeats)
+    token = timed_phase(one_token, repeats)
     return {"pattern": label, "method": option, **settings, "n": n, "batch": batch,
             "attention_cost_paper": ready.method.describe()["attention_cost_paper"],
             "train_step": step, "train_tokens_per_s": batch * n / step["time_s"], "generate_token": token}

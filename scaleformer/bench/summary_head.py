@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from scaleformer.bench.causal_spans import _timed
+from scaleformer.bench.causal_spans import timed_phase
 from scaleformer.compose import compose_config
 from scaleformer.data.datamodule import SummarizationDataModule
 from scaleformer.io import atomic_write_json, atomic_write_text
@@ -64,7 +64,7 @@ def head_and_loss(n: int, width: int, vocab: int, repeats: int) -> list[dict[str
             hidden.grad = head.grad = None
 
         rows.append({"variant": label, "positions": k, "flops": 6 * k * width * vocab, "logit_bytes": 8 * k * vocab,
-                     **_timed(step, repeats)})
+                     **timed_phase(step, repeats)})
     return rows
 
 
@@ -92,7 +92,7 @@ def reader_step(repeats: int, root: Path) -> list[dict[str, Any]]:
         width = seq["targets"].shape[1]
         rows.append({"variant": label, "positions": width - (seq["first_target"] - 1 if keeps else 0),
                      "sequence": width, "n": rc.method.max_length, "room": rc.data.max_target_tokens,
-                     "batch": len(batch["input_ids"]), **_timed(step, repeats)})
+                     "batch": len(batch["input_ids"]), **timed_phase(step, repeats)})
     return rows
 
 
