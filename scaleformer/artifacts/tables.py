@@ -6,7 +6,8 @@ missing or corrupt file is reported by name and shown as such, never read as zer
 framework lacks shows as "not run". Rows are the spec's methods; ``methods="all"`` adds every other
 ``conf/method/`` option (a newly added method appears without editing the spec, with no paper value
 beside it). Profiles may rename the columns (``labels``: what the synthetic stand-ins are), give a
-method its own settings (``method_overrides``), add metrics (``extra_metrics``: fact recall, shown
+method its own settings (``method_overrides``), one method on one column its own (``cell_overrides``: what a
+paper chose per cell, e.g. a learning rate), add metrics (``extra_metrics``: fact recall, shown
 with the truncation ceiling of each column) and share
 one training per method across columns (``share_training``, see :func:`expand_grid`). Running a
 grid, on this machine with progress lines or as Hydra multiruns (any launcher), is
