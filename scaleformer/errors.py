@@ -30,8 +30,9 @@ def check(ok: bool, key: str, value: Any, limit: str) -> None:
         raise ConfigError(f"{key}={value!r}: {limit}")
 
 
-# user:password@ (or a bare token@) in a URL: what must never reach a message, a log or a results file.
-_CREDENTIALS = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s:/@?#]*)(?::(?P<pw>[^\s/@?#]*))?@")
+# user:password@ (or a bare token@) in a URL: what must never reach a message, a log or a results file. Both
+# ``scheme://`` and ``scheme:/``: libraries that join paths (fsspec, datasets) print ``https:/alice:pw@host``.
+_CREDENTIALS = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]+:/{1,2})(?P<user>[^\s:/@?#]*)(?::(?P<pw>[^\s/@?#]*))?@")
 
 
 def redact(text: str) -> str:
@@ -42,6 +43,20 @@ def redact(text: str) -> str:
         return f"{m['scheme']}{m['user']}:***@"
 
     return _CREDENTIALS.sub(hide, text) if isinstance(text, str) and "@" in text else text
+
+
+def hide_secrets(text: str, *settings: str) -> str:
+    """``text`` (a library's message about ``settings``) with every password or token those settings hold
+    replaced by ``***`` wherever it appears (quoted, re-joined, percent-decoded), then :func:`redact`-ed: a
+    library may print a URL in a form no pattern foresees."""
+    from urllib.parse import quote, unquote
+
+    for setting in settings:
+        for m in _CREDENTIALS.finditer(setting or ""):
+            for secret in {m["pw"], None if m["pw"] is not None else m["user"]} - {None, ""}:
+                for form in {secret, unquote(secret), quote(secret, safe="")}:
+                    text = text.replace(form, "***")
+    return redact(text)
 
 
 def redact_all(obj: Any) -> Any:

@@ -157,8 +157,8 @@ CASES = [
     Bad("root-name-too-long", config(f"paths.root=/tmp/{LONG}"),
         r"^paths\.root='/tmp/x+\.\.\.': has a 300-character folder name; the limit is 255"),
     Bad("callback-target-open", config("+callbacks.evil._target_=builtins.open", "+callbacks.evil._args_=[x,w]"),
-        r"^callbacks\.evil\._target_='builtins\.open': not instantiated: a callbacks target must come from "
-        r"lightning, .*allowed_targets"),
+        r"^callbacks\.evil\._target_='builtins\.open': not instantiated: a callbacks entry must be one of the "
+        r"classes for it \(.*EarlyStopping.*\); name your own class by its full path in allowed_targets"),
     Bad("logger-target-os", config("+logger.evil._target_=os.remove", "+logger.evil.path=x"),
         r"^logger\.evil\._target_='os\.remove': not instantiated"),
     Bad("override-shell-text", overrides("run_name=$(touch X)"),

@@ -171,6 +171,11 @@ class MetricsConfig:
               "must be scrolls (rouge_score's a-z0-9 tokens, as the papers) or unicode (letters of any script)")
 
 
+def is_class_path(entry: Any) -> bool:
+    """A dotted ``module.Class`` path (an ``allowed_targets`` entry), not a bare module or a prefix."""
+    return isinstance(entry, str) and "." in entry.strip(".") and entry == entry.strip(". ")
+
+
 @dataclass
 class Config:
     backbone: BackboneConfig = MISSING
@@ -188,8 +193,8 @@ class Config:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     seed: int = 42
-    # Module prefixes a logger's or callback's `_target_` may come from besides Lightning's and this
-    # project's (an experiment file must not instantiate arbitrary code, e.g. builtins.open).
+    # Classes (full paths) a logger's or callback's `_target_` may name besides Lightning's and this project's
+    # (scaleformer/runs/targets.py: a config file must not instantiate arbitrary code, e.g. builtins.open).
     allowed_targets: list[str] = field(default_factory=list)
     # The run folder's name; default <data>-<method option>-<backbone>-<training identity hash>.
     run_name: str | None = None
@@ -203,6 +208,6 @@ class Config:
 
     def __post_init__(self) -> None:
         check(0 <= self.seed < 2**32, "seed", self.seed, "must be in [0, 2**32 - 1] (numpy's seed range)")
-        for prefix in self.allowed_targets:
-            check(isinstance(prefix, str) and bool(prefix.strip(".")), "allowed_targets", prefix,
-                  "entries must be module prefixes such as my_package.callbacks")
+        for entry in self.allowed_targets:
+            check(is_class_path(entry), "allowed_targets", entry,
+                  "entries must be a class's full path such as my_package.callbacks.MyCallback")

@@ -25,6 +25,7 @@ from scaleformer.resources import package_commit
 from scaleformer.runs import identity, runtime
 from scaleformer.runs.cost_schedule import schedule_steps
 from scaleformer.runs.run_config import RunConfig
+from scaleformer.runs.targets import check_paths, check_targets
 
 
 def describe_method(rc: RunConfig, method: Any) -> dict[str, Any]:
@@ -82,7 +83,10 @@ def to_config(cfg: DictConfig, checked: tuple[Config, DictConfig] | None = None)
               f"must cover trainer.measure_cost's schedule of {t.cost_schedule} micro-batches: with data.bucket's "
               f"micro-batches of up to {most} documents it may take only {t.max_steps * step_docs // most}")
     check_selection(rc.trainer, rc.callbacks, rc.data.splits.validation)
-    return identity.fill_run_paths(rc, cfg)
+    rc = identity.fill_run_paths(rc, cfg)
+    for group in ("logger", "callbacks"):  # the folders they write into, now that the run's own is known
+        check_paths(group, getattr(rc, group), rc.paths.root)
+    return rc
 
 
 def check_groups(cfg: DictConfig) -> tuple[Config, DictConfig]:
@@ -178,62 +182,6 @@ def validation_generation(gen: GenerationConfig, validation: str, max_new_tokens
         return gen
     cap = min(gen.max_new_tokens, max_new_tokens)
     return dataclasses.replace(gen, num_beams=1, max_new_tokens=cap, min_new_tokens=min(gen.min_new_tokens, cap))
-
-
-# `_target_` prefixes the logger and callbacks groups may always instantiate.
-TARGET_PREFIXES = ("lightning.", "pytorch_lightning.", "scaleformer.")
-
-
-def check_targets(group: str, nodes: dict[str, Any], allowed: list[str]) -> None:
-    """Every `_target_` in a user-facing group (and nested in its arguments) comes from an allowed module."""
-    prefixes = (*TARGET_PREFIXES, *(p if p.endswith(".") else p + "." for p in allowed))
-
-    def walk(key: str, node: Any) -> None:
-        if isinstance(node, dict):
-            target = node.get("_target_")
-            if target is not None and not (isinstance(target, str) and target.startswith(prefixes)):
-                raise ConfigError(
-                    f"{key}._target_={target!r}: not instantiated: a {group} target must come from "
-                    f"{', '.join(p.rstrip('.') for p in TARGET_PREFIXES)} or a module prefix listed in "
-                    "allowed_targets (e.g. +allowed_targets=[my_package])")
-            for k, v in node.items():
-                walk(f"{key}.{k}", v)
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                walk(f"{key}[{i}]", v)
-
-    for name, node in nodes.items():
-        walk(f"{group}.{name}", node)
-
-
-# Hydra's own section may also build Hydra's launchers, sweepers and plugins.
-HYDRA_TARGET_PREFIXES = ("hydra._internal.", "hydra_plugins.")
-
-
-def check_all_targets(cfg: dict[str, Any]) -> None:
-    """Every ``_target_`` anywhere in a composed config (``hydra`` section included) names an allowed
-    module: this project's, Lightning's, Hydra's own plugins, or a prefix in ``allowed_targets``."""
-    allowed = cfg.get("allowed_targets") or []
-    allowed = [p for p in allowed if isinstance(p, str) and p.strip(".")] if isinstance(allowed, list) else []
-    prefixes = (*TARGET_PREFIXES, *(p if p.endswith(".") else p + "." for p in allowed))
-
-    def walk(key: str, node: Any, hydra_section: bool) -> None:
-        if isinstance(node, dict):
-            target = node.get("_target_")
-            ok = prefixes + HYDRA_TARGET_PREFIXES if hydra_section else prefixes
-            if target is not None and not (isinstance(target, str) and "${" not in target and target.startswith(ok)):
-                raise ConfigError(
-                    f"{key}._target_={target!r}: not instantiated: a config's targets must come from "
-                    f"{', '.join(p.rstrip('.') for p in TARGET_PREFIXES)} (Hydra's section: also its plugins) or a "
-                    "module prefix listed in allowed_targets (e.g. +allowed_targets=[my_package])")
-            for k, v in node.items():
-                walk(f"{key}.{k}" if key else str(k), v, hydra_section)
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                walk(f"{key}[{i}]", v, hydra_section)
-
-    for k, v in cfg.items():
-        walk(str(k), v, k == "hydra")
 
 
 def checkpoint_callback_dir(callbacks: dict[str, Any]) -> Path | None:

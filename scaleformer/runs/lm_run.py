@@ -78,9 +78,9 @@ def execute_lm(ctx: RunContext, ckpt: Path | None, attempt: Any) -> dict[str, An
     dm = LanguageModelingData(rc.data, ready.tokenizer, method.cfg.max_length, seed=rc.seed,
                               train_rows=train_rows(rc) if rc.trainer.do_train else 0)
     dm.setup()
-    loggers = instantiate_all(rc.logger, "logger")
+    loggers = instantiate_all(rc.logger, "logger", rc.allowed_targets)
     resume = ExactResume(batch_size=rc.data.batch_size)
-    trainer = build_trainer(ctx, loggers, [*instantiate_all(rc.callbacks, "callbacks"), resume])
+    trainer = build_trainer(ctx, loggers, [*instantiate_all(rc.callbacks, "callbacks", rc.allowed_targets), resume])
     model = build_model(rc.backbone, ready.conf)
     safe_config = redact_all(OmegaConf.to_container(rc.raw, resolve=True))
     module = LanguageModelModule(model, method, ready.tokenizer, rc.optim, generation=rc.generation,
@@ -106,7 +106,8 @@ def execute_lm(ctx: RunContext, ckpt: Path | None, attempt: Any) -> dict[str, An
         log.warning("no training and no trainer.ckpt_path: perplexity of the UNTRAINED (pretrained) weights")
         last = 0
     train_time = time.time() - t0
-    selection = {"rule": "last" if trained else "loaded", "step": last}
+    # "loaded": a checkpoint's weights; "pretrained": the backbone's own, nothing trained or loaded
+    selection = {"rule": "last" if trained else "loaded" if ckpt is not None else "pretrained", "step": last}
     model_dir = export_target(ctx.model_dir, selection) if rc.trainer.export_model and trained else None
     whole = sharding.full_state(module.lm) if model_dir is not None else None  # sharded: gathered by every rank
     if model_dir is not None and runtime.is_rank_zero():

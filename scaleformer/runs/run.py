@@ -203,7 +203,8 @@ def prepare(ctx: RunContext, ckpt: Path | None) -> Parts:
                         "Download it on a connected machine and set backbone.pretrained=DIR.")
     if rc.trainer.eval_splits and rc.metrics.bertscore.enabled:
         resolve_bertscore_model(rc.metrics.bertscore)  # offline, a missing model fails now, not after training
-    loggers, callbacks = instantiate_all(rc.logger, "logger"), instantiate_all(rc.callbacks, "callbacks")
+    loggers = instantiate_all(rc.logger, "logger", rc.allowed_targets)
+    callbacks = instantiate_all(rc.callbacks, "callbacks", rc.allowed_targets)
     resume = ExactResume(batch_size=rc.data.batch_size)
     t = rc.trainer
     cost = CostProbe(t.cost_warmup, t.cost_repeats, t.cost_lengths, t.cost_bare, settings(rc.method)) \

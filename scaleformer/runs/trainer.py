@@ -20,18 +20,22 @@ from scaleformer.ops import compat
 from scaleformer.runs import checkpoints, sharding
 from scaleformer.runs.callbacks import progress_callback
 from scaleformer.runs.context import RunContext
+from scaleformer.runs.targets import check_targets, locate_class
 
 log = logging.getLogger("scaleformer")
 
 
-def instantiate_all(nodes: dict[str, Any], group: str) -> list[Any]:
-    """Build every non-null ``{_target_: ...}`` entry of a group; errors name the entry."""
+def instantiate_all(nodes: dict[str, Any], group: str, allowed: list[str] | tuple[str, ...] = ()) -> list[Any]:
+    """Build every non-null ``{_target_: ...}`` entry of a group; errors name the entry. Each target is checked
+    against the group's classes first (:mod:`scaleformer.runs.targets`), whoever calls this."""
     from hydra.utils import instantiate
 
     out = []
     for name, node in nodes.items():
         if node is None:
             continue
+        check_targets(group, {name: node}, list(allowed))
+        locate_class(group, node["_target_"])
         try:
             out.append(instantiate(node))
         except Exception as e:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 from conftest import compose
+from helpers import ALLOW_HELPERS
 
 from scaleformer.data.sampler import ResumableSampler
 from scaleformer.runs.run import run
@@ -34,7 +35,7 @@ def test_a_bucketed_run_continued_mid_epoch_equals_the_uninterrupted_one(tmp_pat
     straight = run(compose(_bucketed(tmp_path, "straight", 6)))
     # stopped after step 2 (10 documents in micro-batches of 3: mid-epoch) with the same schedule, then continued
     first = run(compose(_bucketed(tmp_path, "resumed", 6, "+callbacks.stop._target_=tests.helpers.StopAt",
-                                  "+callbacks.stop.step=2", "allowed_targets=[tests.helpers]")))
+                                  "+callbacks.stop.step=2", ALLOW_HELPERS)))
     assert first["train_steps"] == 2
     resumed = run(compose(_bucketed(tmp_path, "resumed", 6)))
     assert first["run_id"] == resumed["run_id"] == straight["run_id"] and resumed["train_steps"] == 6

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, compose, train_py, train_py_gloo
+from helpers import ALLOW_HELPERS
 
 from scaleformer.errors import ConfigError
 from scaleformer.runs import checkpoints, runtime
@@ -161,7 +162,7 @@ def _crash_resume(tmp_path: Path, crash: str) -> tuple[str, str]:
     straight = run(compose(_tiny(tmp_path, *base, root="straight")))
     with pytest.raises(RuntimeError, match="simulated crash"):
         run(compose(_tiny(tmp_path, *base, f"+callbacks.crash._target_={crash}", "+callbacks.crash.step=5",
-                          "allowed_targets=[tests.helpers]",
+                          ALLOW_HELPERS,
                           root="resumed")))
     resumed = run(compose(_tiny(tmp_path, *base, root="resumed")))
     return _predictions(straight, tmp_path / "straight"), _predictions(resumed, tmp_path / "resumed")
@@ -299,7 +300,7 @@ def test_a_killed_run_resumes_to_byte_identical_predictions(tmp_path):
     straight = run(compose(_tiny(tmp_path, "trainer.max_steps=6", "trainer.checkpoint_every_n_steps=3",
                                  "method=scaleformer_middle", root="straight")))
     killed = train_py(*base, "+callbacks.kill._target_=tests.helpers.KillAt", "+callbacks.kill.step=5",
-                      "allowed_targets=[tests.helpers]")
+                      ALLOW_HELPERS)
     assert killed.returncode == 137
     resumed = train_py(*base)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
