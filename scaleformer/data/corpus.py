@@ -24,6 +24,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,7 +33,9 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
+from scaleformer.data.corpus_files import corpus_paths, files_key, local_folder, local_texts
 from scaleformer.data.errors import DataError
+from scaleformer.errors import hide_secrets, redact
 from scaleformer.io import atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -75,32 +78,55 @@ def shard_name(k: int) -> str:
 
 
 def corpus_folder(cfg: Any, tokenizer_fp: str) -> Path:
-    """``<cache_dir>/corpus/<corpus>-<key>``: the key covers the corpus, its files, field, revision and tokenizer."""
+    """``<cache_dir>/corpus/<corpus>-<key>``: the key covers the corpus, its files (a local folder's: their names,
+    sizes, times and a hash of their ends, so a rewritten corpus is tokenized again), field, revision and tokenizer."""
+    local = local_folder(cfg.corpus)
+    files = files_key(local, corpus_paths(cfg, local)) if local is not None else None
     payload = {"v": VERSION, "corpus": cfg.corpus, "files": cfg.corpus_files, "field": cfg.corpus_field,
-               "revision": cfg.corpus_revision, "tokenizer": tokenizer_fp}
+               "revision": cfg.corpus_revision, "tokenizer": tokenizer_fp, **({"local": files} if files else {})}
     key = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:20]
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in str(cfg.corpus).rstrip("/").split("/")[-1])
     return Path(cfg.cache_dir) / "corpus" / f"{safe}-{key}"
 
 
 def stream_texts(cfg: Any, skip: int) -> Iterator[str]:
-    """The corpus's documents from the ``skip``-th on, in file order, streamed by ``datasets``."""
+    """The corpus's documents from the ``skip``-th on, in file order: a local folder read file by file
+    (:mod:`scaleformer.data.corpus_files`: a damaged file is named), a hub dataset streamed by ``datasets``."""
+    local = local_folder(cfg.corpus)
+    if local is not None:
+        yield from local_texts(cfg, local, skip)
+        return
     import datasets
 
     files = {"train": cfg.corpus_files} if cfg.corpus_files else None
     try:
         ds = datasets.load_dataset(cfg.corpus, split="train", data_files=files, revision=cfg.corpus_revision,
                                    streaming=True)
+        rows = iter(ds.skip(skip))
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DataError(f"data.corpus={cfg.corpus!r} (files {cfg.corpus_files!r}): cannot stream it: {first}. "
-                        "Offline, point data.corpus at a local copy in the same layout") from None
-    for row in ds.skip(skip):
-        text = row.get(cfg.corpus_field)
+        raise DataError(_unreadable(cfg, "cannot stream it", e) + ". Offline, point data.corpus at a local copy "
+                        "in the same layout") from None
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except Exception as e:  # a file of the stream that is not what its name says
+            raise DataError(_unreadable(cfg, "a file of it cannot be read", e)) from None
+        text = row.get(cfg.corpus_field) if isinstance(row, dict) else None
         if not isinstance(text, str):
-            raise DataError(f"data.corpus={cfg.corpus!r}: field {cfg.corpus_field!r} (data.corpus_field) is "
-                            f"{type(text).__name__}, not text")
+            raise DataError(f"data.corpus={redact(str(cfg.corpus))!r}: field {cfg.corpus_field!r} (data.corpus_field) "
+                            f"is {type(text).__name__}, not text")
         yield text
+
+
+def _unreadable(cfg: Any, what: str, e: BaseException) -> str:
+    """The line from the setting (redacted), with the library's reason stripped of any secret the setting holds."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    reason = hide_secrets(first, str(cfg.corpus), str(cfg.corpus_files))
+    files = f" (files {redact(str(cfg.corpus_files))!r})" if cfg.corpus_files else ""
+    return (f"data.corpus={redact(str(cfg.corpus))!r}{files}: {what} "
+            f"({type(e).__name__}: {reason})")
 
 
 def prepare(cfg: Any, tokenizer: Any, tokenizer_fp: str, tokens: int, *,
@@ -122,27 +148,61 @@ def prepare(cfg: Any, tokenizer: Any, tokenizer_fp: str, tokens: int, *,
     return folder
 
 
+SHARD_FILE = re.compile(r"tokens-(\d{5})\.bin")
+
+
 def read_meta(folder: Path, tokenizer: Any) -> dict[str, Any]:
-    """The stream's state; each shard file cut back to its recorded size (a write killed after the last state)."""
+    """The stream's state, checked against the shards on disk. A shard longer than recorded is cut back (a write
+    killed after the last state); one shorter than recorded is damaged and refused: extending it would train on
+    zeros. A shard begun after the last state is removed; any other file is left alone."""
     path = folder / META
+    dtype = "uint16" if len(tokenizer) <= np.iinfo(np.uint16).max + 1 else "uint32"
     if path.is_file():
-        meta = json.loads(path.read_text())
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise DataError(f"{path}: not a readable corpus state ({e}); delete {folder} to tokenize the corpus "
+                            "again") from None
+        _check_meta(path, meta, dtype)
     else:
-        meta = {"v": VERSION, "tokens": 0, "docs": 0, "shards": [],
-                "dtype": "uint16" if len(tokenizer) <= np.iinfo(np.uint16).max + 1 else "uint32"}
+        meta = {"v": VERSION, "tokens": 0, "docs": 0, "shards": [], "dtype": dtype}
     size = np.dtype(meta["dtype"]).itemsize
     for k, count in enumerate(meta["shards"]):
         f = folder / shard_name(k)
         if not f.is_file():
             raise DataError(f"{folder}: {META} records {count} tokens in {f.name}, which is missing; delete the "
                             "folder to tokenize the corpus again")
-        if f.stat().st_size != count * size:
+        have = f.stat().st_size
+        if have < count * size:
+            raise DataError(f"{f}: holds {have // size} tokens ({have} bytes), {META} records {count}: the shard is "
+                            f"damaged; delete {folder} to tokenize the corpus again")
+        if have > count * size:
             with open(f, "r+b") as h:
                 h.truncate(count * size)
     for stray in folder.glob("tokens-*.bin"):  # a shard begun after the last state
-        if int(stray.stem.split("-")[1]) >= len(meta["shards"]):
+        m = SHARD_FILE.fullmatch(stray.name)
+        if m and int(m[1]) >= len(meta["shards"]):
             stray.unlink()
     return meta
+
+
+def _check_meta(path: Path, meta: Any, dtype: str) -> None:
+    def bad(why: str) -> DataError:
+        return DataError(f"{path}: {why}; delete {path.parent} to tokenize the corpus again")
+
+    if not isinstance(meta, dict):
+        raise bad(f"holds a JSON {type(meta).__name__}, not the corpus state")
+    for key in ("tokens", "docs"):
+        v = meta.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise bad(f"{key}={v!r} is not a count")
+    shards = meta.get("shards")
+    if not isinstance(shards, list) or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in shards):
+        raise bad(f"shards={shards!r} is not a list of token counts")
+    if sum(shards) != meta["tokens"]:
+        raise bad(f"its shards hold {sum(shards)} tokens, its total says {meta['tokens']}")
+    if meta.get("dtype") != dtype:
+        raise bad(f"dtype={meta.get('dtype')!r}, and this tokenizer's ids need {dtype}")
 
 
 def _extend(folder: Path, meta: dict[str, Any], tokenizer: Any, texts: Iterator[str], tokens: int,

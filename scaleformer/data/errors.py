@@ -18,9 +18,10 @@ class HubUnavailableError(DataError, HubUnreachableError):
 
 
 def required_fields(cfg: DataConfig) -> list[str]:
-    """The fields every row must have: input, target, and the id/prefix fields when configured."""
-    return list(dict.fromkeys([cfg.input_field, cfg.target_field] +
-                              [f for f in (cfg.id_field, cfg.prefix_field) if f]))
+    """The fields every row must have: input, target, and the id/prefix fields when configured. A language-model
+    source (``data.task_metric=perplexity``) has no reference: its text is enough."""
+    target = [] if cfg.task_metric == "perplexity" else [cfg.target_field]
+    return list(dict.fromkeys([cfg.input_field, *target] + [f for f in (cfg.id_field, cfg.prefix_field) if f]))
 
 
 def missing_field(where: str, field: str, has: Sequence[str], cfg: DataConfig) -> DataError:

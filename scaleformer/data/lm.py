@@ -46,6 +46,21 @@ class Document:
     deps: list[tuple[int, int]] = field(default_factory=list)  # (token, antecedent token) of marked values
 
 
+def _dependencies(where: str, deps: Any, chars: int) -> list[list[int]]:
+    """A row's ``deps``: ``[value start, value end, antecedent]`` character offsets into its text (what
+    :mod:`scaleformer.data.synthetic_lm` writes), checked before they index the text; absent or null: none."""
+    if deps is None:
+        return []
+    ok = isinstance(deps, list) and all(
+        isinstance(d, list | tuple) and len(d) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in d)
+        and 0 <= d[2] < chars and 0 <= d[0] < d[1] <= chars for d in deps)
+    if not ok:
+        shown = repr(deps)[:80]
+        raise DataError(f"{where}: field 'deps' is {shown}: must be a list of [value start, value end, antecedent] "
+                        f"character offsets (integers within the text's {chars} characters), or absent")
+    return [list(d) for d in deps]
+
+
 class LanguageModelingData:
     """The splits of ``cfg`` as documents; ``length``: the sequence the model reads (``method.max_length``)."""
 
@@ -78,13 +93,19 @@ class LanguageModelingData:
             folder = prepare(self.cfg, self.tokenizer, tokenizer_fingerprint(self.tokenizer),
                              int(self.train_rows) * self.length)
             self.corpus = CorpusRows(folder, self.length)
+            if len(self.corpus) == 0:  # training would take no step and report the untrained weights as its own
+                raise DataError(f"data.corpus={self.cfg.corpus!r}: holds {self.corpus.tokens} tokens, fewer than one "
+                                f"sequence of method.max_length={self.length}; nothing to train on")
         elif self.docs.get("train"):
             self.packed = self._pack(self.docs["train"])
+        elif self.train_rows != 0:  # training asked for, and there is nothing to train on
+            raise DataError(f"data={self.cfg.name}: the train split has no document to train on; give it documents "
+                            "or set trainer.do_train=false to score the weights as they are")
 
     def _read(self, source: Any, role: str) -> list[Document]:
         raw = source.rows(role)
         cap = self.cfg.max_train_examples if role == "train" else self.cfg.max_eval_examples
-        texts, ids, deps = [], [], []
+        texts, ids, deps, first = [], [], [], {}
         for n, (where, row) in enumerate(raw.records):
             if cap is not None and n >= cap:
                 break
@@ -92,9 +113,14 @@ class LanguageModelingData:
             if not isinstance(text, str):
                 raise DataError(f"{raw.where} {where}: field {self.cfg.input_field!r} (data.input_field) is "
                                 f"{type(text).__name__}, not text")
+            doc_id = str(row.get(self.cfg.id_field) if self.cfg.id_field else f"{raw.id_stem}-{n}")
+            if doc_id in first:  # perplexity is kept per id: a second document of one id would vanish from it
+                raise DataError(f"{raw.where} {first[doc_id]} and {where}: id {doc_id!r} names two documents; "
+                                f"perplexity is scored per document (data.id_field={self.cfg.id_field!r})")
+            first[doc_id] = where
             texts.append(text)
-            ids.append(str(row.get(self.cfg.id_field) if self.cfg.id_field else f"{raw.id_stem}-{n}"))
-            deps.append(row.get("deps") or [])
+            ids.append(doc_id)
+            deps.append(_dependencies(f"{raw.where} {where}", row.get("deps"), len(text)))
         if not texts:
             return []
         enc = self.tokenizer(texts, return_offsets_mapping=True)

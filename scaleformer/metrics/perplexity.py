@@ -22,6 +22,7 @@ import numpy as np
 from scaleformer.metrics.stats import CONFIDENCE, RESAMPLES, SEED, Interval
 
 CHUNK = 1 << 20  # (resample, document) index pairs drawn at a time
+MAX_NATS = math.log(np.finfo(float).max)  # ~709.8: the largest mean NLL whose exp is a finite float
 
 
 def ratio_ci(nll: Sequence[float], tokens: Sequence[int], *, seed: int = SEED, resamples: int = RESAMPLES
@@ -32,7 +33,15 @@ def ratio_ci(nll: Sequence[float], tokens: Sequence[int], *, seed: int = SEED, r
         raise ValueError("perplexity needs at least one document with a predicted token")
     if not np.all(np.isfinite(x)):
         raise ValueError("perplexity: a document's log-likelihood is not finite")
-    point = math.exp(x.sum() / n.sum())
+    if (x < 0).any() or (n < 0).any():  # a sum of -log p is >= 0; below it, the scores are not NLLs (ppl < 1)
+        i = int(np.flatnonzero((x < 0) | (n < 0))[0])
+        raise ValueError(f"perplexity: document {i} has nll={x[i]:g} over {n[i]:g} tokens: a negative "
+                         "log-likelihood sum (or count) is no score of a probability; perplexity would be below 1")
+    mean = x.sum() / n.sum()
+    if mean > MAX_NATS:
+        raise ValueError(f"perplexity: {mean:.4g} nats a token, above {MAX_NATS:.0f} (its exp overflows a float): the "
+                         "model's predictions have diverged; no perplexity to report")
+    point = math.exp(mean)
     if x.size == 1:
         return Interval(point, point, point, 1, "none")
     rng = np.random.default_rng(seed)
@@ -46,7 +55,7 @@ def ratio_ci(nll: Sequence[float], tokens: Sequence[int], *, seed: int = SEED, r
     means = means[np.isfinite(means)]
     alpha = (1 - CONFIDENCE) / 2
     lo, hi = np.quantile(means, [alpha, 1 - alpha])
-    return Interval(point, math.exp(lo), math.exp(hi), int(x.size), "percentile")
+    return Interval(point, math.exp(lo), math.exp(min(hi, MAX_NATS)), int(x.size), "percentile")
 
 
 def _entry(ci: Interval, tokens: int) -> dict[str, Any]:

@@ -37,6 +37,8 @@ def world_size(accelerator: str, devices: Any, num_nodes: int) -> int:
     CPU process) times the nodes."""
     if isinstance(devices, list | tuple):
         per_node = len(devices)
+    elif isinstance(devices, str) and "," in devices:  # Lightning reads "0,1" (and "1,") as a list of device ids
+        per_node = len([d for d in devices.split(",") if d.strip()])
     elif isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
         per_node = int(devices)
     elif isinstance(devices, int):
