@@ -98,6 +98,10 @@ class Summarizer:
         meta = read_meta(folder) if (folder / META_FILE).is_file() else None  # the record is optional
         if meta is not None:
             check_record(folder, meta)
+            if meta.get("task") == "language_modeling":  # its summaries would be empty: say what it is
+                raise ValueError(f"{folder}: holds a language model (continually trained for perplexity: "
+                                 "scaleformer.json's task is 'language_modeling'), not a summarizer; fine-tune it for "
+                                 f"summaries first (train.py experiment=masformer_summarization backbone.pretrained={folder})")
         model_type = check_folder(folder)
         if meta is None and model_type != "scaleformer" and method is None:
             raise ValueError(f"{folder}: a plain {model_type} model (config.json names no scaleformer method and "
@@ -135,6 +139,12 @@ class Summarizer:
         gen = GenerationConfig(**{**recorded, **generation})
         meta = meta or {}
         out = cls(model, tokenizer, gen, meta.get("max_input_tokens"), folder, meta)
+        if out.decoder_only:  # document, separator and summary share one sequence: check it has room for them
+            n, room = out.method.cfg.max_length, out.summary_room
+            if n - room < 2:
+                raise ValueError(f"max_length={n}: the decoder-only model reads the document and its summary in one "
+                                 f"sequence, and the summary takes {room} tokens of it; leave the document at least "
+                                 f"2 (max_length >= {room + 2}, or a smaller --max-new-tokens)")
         out.model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"batch_size={batch_size!r}: must be an integer >= 1 (None: from the memory model)")
@@ -176,6 +186,11 @@ class Summarizer:
                     lines.update(done)
         return out
 
+    @property
+    def summary_room(self) -> int:
+        """A decoder-only model's summary positions in its sequence: the run's, else the new tokens and the end."""
+        return int(self.record.get("summary_tokens") or self.generation.max_new_tokens + 1)
+
     def _batch_size(self, docs: list[list[int]]) -> int:
         if self.batch_size is not None or not docs or self.decoder_only:  # the memory model prices seq2seq decoding
             return self.batch_size or 1
@@ -188,7 +203,7 @@ class Summarizer:
         """Summaries of documents decoded together."""
         if self.decoder_only:  # the prompt (document, separator) continued, as the run decoded
             ids, mask = self.padded(docs)
-            room = self.record.get("summary_tokens") or self.generation.max_new_tokens + 1
+            room = self.summary_room
             return [s.strip() for s in causal_summaries(self.model, self.tokenizer, self.generation, {
                 "input_ids": ids, "attention_mask": mask}, n=self.method.cfg.max_length, room=room)]
         return [s.strip() for s in summaries(self.model, self.tokenizer, self.generation, *self.padded(docs))]

@@ -245,6 +245,8 @@ class SpanMethod(Method):
         if self.n_layers and self.sized:
             out |= {self.sized: self.size(self.n_layers), f"{self.sized}_from_cost": self.budget(self.n_layers)}
         return out | {
+            # each layer's span, bottom first: what a checkpoint's weights were trained under (a resume checks it)
+            "spans": [f"{sp.kind}:{sp.size}" for sp in self.spans(self.n_layers)] if self.n_layers else None,
             "decoder_only": self.causal,
             "encoder_layers" if not self.causal else "decoder_layers": self.n_layers,
             "attention_cost_formula": self.formula if not self.causal else

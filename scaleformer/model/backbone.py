@@ -39,7 +39,7 @@ from scaleformer.model.readers import RECIPES
 from scaleformer.model.spec import BackboneSpec
 from scaleformer.model.tokenizer import load_offline_tokenizer, special_token_ids
 from scaleformer.ops import compat
-from scaleformer.ops.causal_spans import decoder_layers
+from scaleformer.ops.causal_spans import causal_family, decoder_layers
 from scaleformer.ops.spans import encoder_layers
 from scaleformer.resources import ASSET_PREFIX, assets_dir, resolve_asset
 
@@ -106,10 +106,16 @@ def _read_config(cfg: BackboneConfig, tokenizer: Any) -> PretrainedConfig:
         conf = _from_hub(AutoConfig.from_pretrained, cfg.pretrained, "model config", "backbone.pretrained")
         kwargs = dict(cfg.model_kwargs)
         if is_export(conf):  # a scaleformer export: its backbone as that run trained it, its position table kept
+            spec = conf.spec if isinstance(conf.spec, dict) else {}
             conf = conf.backbone  # (duplicated to that run's length: the backbone option's own count is smaller)
             kwargs = {k: v for k, v in kwargs.items() if k not in ("n_positions", "max_position_embeddings")}
+            # the positions the backbone was pretrained with, which the spans' defaults read (blocks of them): a
+            # table duplicated to n is no pretraining, so the chain keeps the count its first run had
+            if isinstance(spec.get("max_positions"), int) and getattr(conf, PRETRAINED_POSITIONS, None) is None:
+                setattr(conf, PRETRAINED_POSITIONS, spec["max_positions"])
         for k, v in kwargs.items():
             setattr(conf, k, v)
+        check_family(cfg, conf)
         return conf
     base = architecture_file(cfg.config_file) if cfg.config_file else {}
     ids = {
@@ -129,6 +135,21 @@ def _read_config(cfg: BackboneConfig, tokenizer: Any) -> PretrainedConfig:
     return T5Config(**(base | ids | dict(cfg.model_kwargs)))
 
 
+def check_family(cfg: BackboneConfig, conf: PretrainedConfig) -> None:
+    """A backbone option that names its family (``arch``) loads a model of that kind: the model's identity is
+    what the folder holds, and a run recorded under a decoder-only option must not have run an encoder-decoder
+    (a BART export given to MASFormer's decoder-only experiment ran, and was recorded, as tiny_gpt2)."""
+    if cfg.arch is None:
+        return
+    want, got = cfg.arch == "gpt2", decoder_only(conf)
+    if want != got:
+        kind = {True: "a decoder-only causal LM", False: "an encoder-decoder"}
+        raise ConfigError(f"backbone.pretrained={cfg.pretrained!r}: holds {kind[got]} "
+                          f"({getattr(conf, 'model_type', None) or 'unknown type'}), but backbone={cfg.name} "
+                          f"(backbone.arch={cfg.arch}) is {kind[want]}; give a {'decoder-only' if want else 'seq2seq'} "
+                          "model, or choose a backbone option of its kind")
+
+
 def architecture_file(path: str) -> dict[str, Any]:
     """The architecture fields of a hand-kept config.json (keys starting with "_" are comments); a relative
     path names a file in scaleformer/assets/."""
@@ -138,10 +159,15 @@ def architecture_file(path: str) -> dict[str, Any]:
     return {k: v for k, v in raw.items() if not k.startswith("_") and k != "model_type"}
 
 
+# Set on an export's backbone config (and so written into the next export's): the positions it was pretrained
+# with, before a run duplicated its table.
+PRETRAINED_POSITIONS = "scaleformer_pretrained_positions"
+
+
 def max_positions(cfg: BackboneConfig, conf: PretrainedConfig) -> int:
     if cfg.max_positions is not None:
         return cfg.max_positions
-    for key in ("max_position_embeddings", "n_positions"):
+    for key in (PRETRAINED_POSITIONS, "max_position_embeddings", "n_positions"):
         if getattr(conf, key, None):
             return int(getattr(conf, key))
     raise ConfigError(f"backbone.max_positions=None: the model config of {cfg.name!r} has no "
@@ -194,7 +220,13 @@ def prepare(backbone: BackboneConfig, method: MethodConfig | None = None) -> Pre
     tokenizer = load_tokenizer(backbone)
     conf = model_config(backbone, tokenizer)
     spec = backbone_spec(backbone, tokenizer, conf)
-    return Prepared(tokenizer, conf, spec, None if method is None else build_method(method, spec))
+    built = None if method is None else build_method(method, spec)
+    if built is not None and spec.decoder_only:  # the family is routed before any weights (GPT-Neo's own
+        try:  # attention refuses sdpa while it is built, before the method could say why it cannot run)
+            causal_family(conf)
+        except TypeError as e:
+            raise ConfigError(f"method.name={method.name!r}: {e}") from None
+    return Prepared(tokenizer, conf, spec, built)
 
 
 def unpickling_reason(e: Exception) -> str:
@@ -264,7 +296,10 @@ def export_backbone(path: str, fresh: PreTrainedModel) -> PreTrainedModel:
     """``fresh`` (built from the export's backbone config) holding the export's backbone weights, without the
     method that ran on them: continual training's model, fine-tuned next with whatever method the new run names
     (MASFormer's chain: continue the LM at long length, then fine-tune it)."""
-    wrapped = (AutoModelForCausalLM if decoder_only(fresh.config) else AutoModelForSeq2SeqLM).from_pretrained(path)
+    try:
+        wrapped = (AutoModelForCausalLM if decoder_only(fresh.config) else AutoModelForSeq2SeqLM).from_pretrained(path)
+    except ConfigError as e:  # the export's own check (weights missing, damaged, of another shape): one line
+        raise ConfigError(f"backbone.pretrained={path!r}: {e}") from None
     try:
         fresh.load_state_dict(wrapped.backbone.state_dict())
     except RuntimeError as e:  # a backbone.model_kwargs shape that is not the export's

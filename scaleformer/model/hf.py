@@ -40,6 +40,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoModelForSeq2SeqLM, GenerationMixin, PreTrainedModel
 
 from scaleformer.errors import ConfigError
@@ -60,6 +61,7 @@ from scaleformer.model.hf_loading import (
     local_folder,
     quiet_loading,
     recorded_family,
+    unreadable_weights,
     weights_name,
 )
 from scaleformer.ops.padding import right_aligned  # torch alone: safe while ops is half-built (note below)
@@ -120,9 +122,14 @@ class CheckedLoading:
         # What transformers' loading report would list (missing, unused, reshaped weights) is refused below
         # in one line, so its warnings (a table of every key) stay out of the way; the user's own choice to
         # accept reshaped weights keeps them.
-        with quiet_loading(strict_shapes):
-            model, info = super().from_pretrained(pretrained_model_name_or_path, *model_args,
-                                                  output_loading_info=True, **kwargs)
+        try:
+            with quiet_loading(strict_shapes):
+                model, info = super().from_pretrained(pretrained_model_name_or_path, *model_args,
+                                                      output_loading_info=True, **kwargs)
+        except (OSError, SafetensorError, EOFError) as e:  # a weights file cut short, corrupt or missing
+            if folder is None:
+                raise
+            raise ConfigError(unreadable_weights(folder, e)) from None
         if not early:
             check_record(model.config, folder)
         check_weights(model.config, info, weights_name(pretrained_model_name_or_path, folder),

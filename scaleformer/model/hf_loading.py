@@ -51,6 +51,17 @@ def weights_name(path: Any, folder: Path | None) -> str:
     return f"the weights of {path}"
 
 
+def unreadable_weights(folder: Path, e: BaseException) -> str:
+    """One line for an export whose weights cannot be read: missing, cut short or not safetensors."""
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        return (f"{folder}: has no model.safetensors (the export's weights); export or copy the model again "
+                f"(only safetensors are read)")
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return (f"{weights}: its weights cannot be read ({first[:160]}); the file is damaged or incomplete: export or "
+            "copy the model again")
+
+
 def check_model_type(folder: Path | None) -> None:
     """A local folder's config.json is a scaleformer model's, or one line says what it is instead (a plain
     backbone's folder would otherwise fail deep in building the config from another family's fields)."""

@@ -55,8 +55,10 @@ def is_causal_lm(model: torch.nn.Module) -> bool:
     return conf is not None and not getattr(conf, "is_encoder_decoder", False)
 
 
-def causal_family(model: torch.nn.Module) -> str:
-    kind = str(getattr(model.config, "model_type", "") or "")
+def causal_family(model: torch.nn.Module | Any) -> str:
+    """The routed family of a model, or of a model's config (checked before any weights are built)."""
+    conf = getattr(model, "config", model)
+    kind = str(getattr(conf, "model_type", "") or "")
     if kind in FAMILIES:
         return kind
     native = " (GPT-Neo runs its own attention code; its attention_types set global and local layers natively)" \

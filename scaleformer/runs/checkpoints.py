@@ -177,6 +177,13 @@ def check_compatible(meta: dict[str, Any] | None, backbone: str, method: dict[st
     if theirs != ours:
         raise ConfigError(f"{where}: trained with backbone {theirs[0]!r} and method {theirs[1]!r}, but this run uses "
                           f"backbone {ours[0]!r} and method {ours[1]!r}")
+    spans, mine = (meta.get("method") or {}).get("spans"), method.get("spans")
+    if isinstance(spans, list) and isinstance(mine, list) and spans != mine:  # the same weights, another pattern
+        layer = next((i for i, (a, b) in enumerate(zip(spans, mine)) if a != b), min(len(spans), len(mine)))
+        raise ConfigError(f"{where}: trained with the spans {spans} (layer {layer}: "
+                          f"{spans[layer] if layer < len(spans) else 'none'}), but this run's are {mine} "
+                          f"({mine[layer] if layer < len(mine) else 'none'}): another attention pattern is another "
+                          "run; start it without trainer.ckpt_path")
 
 
 def check_state(module: torch.nn.Module, path: Path, state: dict[str, torch.Tensor] | None = None,
