@@ -144,6 +144,31 @@ def row_overrides(spec: dict[str, Any], prof: dict[str, Any], row: str) -> list[
     return [*sizes.get(row, sizes.get(spec_row.get("like"), [])), *spec_row.get("overrides", [])]
 
 
+def check_cell_overrides(spec: dict[str, Any], profile: str) -> None:
+    """Every row and column a profile's ``cell_overrides`` names is one of the grid's: a typo would drop the
+    paper's setting of that cell (its Table 7 learning rate) without a word."""
+    table = check_profile(spec, profile).get("cell_overrides") or {}
+    rows = [*spec.get("methods", []), *(spec.get("rows") or {})]
+    columns = list(spec.get("datasets", []))
+    if spec.get("same_runs_as"):  # the profiles are that artifact's: its rows' settings are named there too
+        parent = load_spec(experiments_dir() / f"{spec['same_runs_as']}.yaml")
+        rows += [*parent.get("methods", []), *(parent.get("rows") or {})]
+        columns += [c for c in parent.get("datasets", []) if c not in columns]
+    where = f"{spec['artifact']}: profiles.{profile}.cell_overrides"
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}: must map rows to {{column: [overrides]}}")
+    for row, cols in table.items():
+        if row not in rows:
+            raise ValueError(f"{where}.{row}: no such row; the rows are {', '.join(dict.fromkeys(rows))}")
+        if not isinstance(cols, dict):
+            raise ValueError(f"{where}.{row}: must map columns to lists of overrides")
+        for col, given in cols.items():
+            if col not in columns:
+                raise ValueError(f"{where}.{row}.{col}: no such column; the columns are {', '.join(columns)}")
+            if not isinstance(given, list) or not all(isinstance(o, str) for o in given):
+                raise ValueError(f"{where}.{row}.{col}: must be a list of overrides (key=value)")
+
+
 def cell_overrides(spec: dict[str, Any], prof: dict[str, Any], row: str, column: str) -> list[str]:
     """One cell's own settings (the profile's ``cell_overrides: {row: {column: [...]}}``, else the ``like`` row's):
     what a paper chose per method and data set, e.g. MASFormer's fine-tuning learning rates (its Table 7)."""
@@ -195,6 +220,7 @@ def expand_grid(spec: dict[str, Any], profile: str, methods: str | list[str] | N
                                                              *([f"seed={seed}"] if seed is not None else []),
                                                              f"{sweep['key']}={v}"], value=v, seed=seed))
         return cells
+    check_cell_overrides(spec, profile)
     shared = prof.get("share_training")
     if shared is not None and shared not in spec["datasets"]:
         raise ValueError(f"profiles.{profile}.share_training={shared!r}: not one of the columns {spec['datasets']}")
@@ -259,12 +285,33 @@ def continual_cell(spec: dict[str, Any], prof: dict[str, Any], cont: dict[str, s
     them", Appendix B): that artifact's profile's run of that column, with this row's method and sizes. Where
     the row is one of that artifact's rows at the same sizes, the overrides, hence the run, are its own:
     trained once for both tables. The stage's own ``overrides`` come last (e.g. a shorter continual training)."""
-    other = load_spec(experiments_dir() / f"{cont['artifact']}.yaml")
-    oprof = check_profile(other, cont["profile"])
+    other, oprof = continual_source(spec, cont)
     own = [*([f"seed={seed}"] if seed is not None else []), *row_overrides(spec, prof, row), *cont.get("overrides", [])]
     return Cell("continual", row, [*profile_base(other, cont["profile"]),
                                    *column_overrides(oprof, cont["profile"], cont["column"]), *own,
                                    f"method={row_method(spec, row)}"], seed=seed)
+
+
+def continual_source(spec: dict[str, Any], cont: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The spec and profile a ``continual: {artifact, profile, column}`` entry names, each checked: one line
+    naming the entry and what exists (a typo was a FileNotFoundError or a KeyError)."""
+    where = f"{spec['artifact']}: continual={cont!r}"
+    if not isinstance(cont, dict) or not all(isinstance(cont.get(k), str) for k in ("artifact", "profile", "column")):
+        raise ValueError(f"{where}: must name an artifact, a profile and a column")
+    path = experiments_dir() / f"{cont['artifact']}.yaml"
+    if not path.is_file() or "/" in cont["artifact"]:
+        have = sorted(p.stem for p in experiments_dir().glob("*.yaml"))
+        raise ValueError(f"{where}: no artifact {cont['artifact']!r}; the artifacts are {', '.join(have)}")
+    other = load_spec(path)
+    if cont["profile"] not in other["profiles"]:
+        raise ValueError(f"{where}: {cont['artifact']} has no profile {cont['profile']!r}; its profiles are "
+                         f"{', '.join(sorted(other['profiles']))}")
+    oprof = other["profiles"][cont["profile"]]
+    columns = list(oprof.get("data") or {})
+    if cont["column"] not in columns:
+        raise ValueError(f"{where}: {cont['artifact']}'s {cont['profile']} profile has no column "
+                         f"{cont['column']!r}; its columns are {', '.join(columns)}")
+    return other, oprof
 
 
 def continual_stage(cells: list[Cell]) -> list[Cell]:

@@ -66,6 +66,10 @@ H100_HBM = 3.35e12  # B/s, an H100 SXM's HBM3 (NVIDIA's datasheet)
 def parameters(shape: dict[str, Any]) -> dict[str, int]:
     """A GPT-NeoX/GPT-3 shape's parameters: the layers' (attention 4 d^2 + 4 d, MLP 8 d^2 + 5 d, two norms 4 d), the
     final norm, the embeddings (untied: input and output)."""
+    missing = [k for k in ("layers", "width", "vocab") if k not in shape]
+    if missing:
+        raise ValueError(f"the bill's model shape {shape!r}: has no {', '.join(missing)} (a shape names layers, width, "
+                         "heads, positions and vocab)")
     L, d, V = int(shape["layers"]), int(shape["width"]), int(shape["vocab"])
     layers = L * (12 * d * d + 13 * d) + 2 * d
     embeddings = V * d * (1 if shape.get("tied") else 2)
@@ -265,7 +269,9 @@ def _render_summarization(spec: dict[str, Any], record: dict[str, Any]) -> list[
 
 def counted_floor(artifact: str, folder: Path) -> tuple[float, str] | None:
     """(floor hours, one line) where the artifact's dry run is a counted bill (this module's), else None: what a
-    paper launch says before it asks for ``--yes``."""
+    paper launch says before it asks for ``--yes``. A bill is checked before it is quoted: it names this artifact,
+    it prices cells, and its floor is the sum of its rows; otherwise ValueError in one line (a floor from an empty
+    bill, or another artifact's saved under this name, would let a launch pass its cost question)."""
     path = folder / f"{artifact}.json"
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -274,5 +280,21 @@ def counted_floor(artifact: str, folder: Path) -> tuple[float, str] | None:
     floor = record.get("floor_h100_hours") if isinstance(record, dict) else None
     if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not math.isfinite(floor) or floor <= 0:
         return None
+    redo = f"; count it again: make {artifact} PROFILE=dryrun"
+    if record.get("artifact") != artifact:
+        raise ValueError(f"{path}: is the bill of {record.get('artifact')!r}, not of {artifact}{redo}")
+    cells, continual = record.get("cells"), record.get("continual", [])
+    if not isinstance(cells, list) or not cells or not isinstance(continual, list):
+        raise ValueError(f"{path}: prices no cells (cells={cells!r:.40}), so its {floor:,.1f} h is no floor{redo}")
+
+    def hours(row: Any) -> float:
+        h = row.get("floor_h100_hours") if isinstance(row, dict) else None
+        if isinstance(h, bool) or not isinstance(h, (int, float)) or not math.isfinite(h) or h < 0:
+            raise ValueError(f"{path}: a row's floor_h100_hours={h!r} is not a number of hours >= 0{redo}")
+        return float(h)
+
+    total = sum(hours(r) for r in [*continual, *cells]) + sum(hours(r["generation"]) for r in cells if "generation" in r)
+    if not math.isclose(total, floor, rel_tol=1e-9, abs_tol=1e-9):
+        raise ValueError(f"{path}: its rows sum to {total:,.1f} H100-hours, its floor says {floor:,.1f}{redo}")
     return float(floor), (f"the paper profile of {artifact} is counted at no less than {floor:,.0f} H100-hours at "
                           f"peak, before utilisation ({path.with_suffix('.md')})")

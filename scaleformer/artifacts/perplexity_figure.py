@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from scaleformer.artifacts.grid import check_profile, column_label, expand_grid, resolve_run_ids, title
-from scaleformer.artifacts.perplexity_stats import pooled, read_doc_scores
+from scaleformer.artifacts.perplexity_stats import bucket_values, read_doc_scores
 from scaleformer.artifacts.tables import collect
 from scaleformer.io import atomic_write_bytes, atomic_write_text
-from scaleformer.metrics.perplexity import bucket_label
 
 
 def bucket_rows(spec: dict[str, Any], profile: str, root: Path, methods: str | list[str] | None = None
@@ -42,15 +41,7 @@ def bucket_rows(spec: dict[str, Any], profile: str, root: Path, methods: str | l
                     if got.results.get((c.key, c.method, c.value, c.seed)) is not None]
         if not per_seed or any(s is None for s in per_seed) or len(per_seed) != len(group):
             continue
-        labels: dict[str, list[str]] = {}
-        for doc, r in per_seed[0].items():
-            labels.setdefault(bucket_label(int(r["length"]), width), []).append(doc)
-        for label, ids in sorted(labels.items(), key=lambda kv: int(kv[0][1:].split(",")[0])):
-            value = pooled([{i: s[i] for i in ids if i in s} for s in per_seed])  # type: ignore[union-attr]
-            if value is not None:
-                rows.append({"method": method, "dataset": key, "bucket": label,
-                             "upper": int(label.rstrip("]").split(", ")[1]), **{k: value[k] for k in (
-                                 "ppl", "low", "high", "docs", "seeds")}})
+        rows += [{"method": method, "dataset": key, **b} for b in bucket_values(per_seed, width)]  # type: ignore[arg-type]
     return rows, got.problems
 
 

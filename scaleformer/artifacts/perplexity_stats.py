@@ -1,18 +1,18 @@
 """The numbers of MASFormer's perplexity artifacts, from per-document scores: a cell's pooled perplexity with its
-interval over documents, the paired comparison of two rows, and the recheck of a rendered table against the
-scores archived beside it (:mod:`scaleformer.artifacts.perplexity_tables` renders them; apart from it so that the
-archive's recheck, :mod:`scaleformer.artifacts.scores_archive`, reads them without the renderer)."""
+interval over documents, the paired comparisons of rows, C's share of full attention's, the paper's values and
+Figure 3's length buckets. :mod:`scaleformer.artifacts.perplexity_tables` and ``perplexity_figure`` render them;
+:mod:`scaleformer.artifacts.perplexity_recheck` recomputes them from the archived scores alone, through the same
+functions."""
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from scaleformer.metrics.perplexity import ratio_ci
-from scaleformer.metrics.stats import paired, seeds_paired
+from scaleformer.metrics.perplexity import bucket_label, ratio_ci
+from scaleformer.metrics.stats import holm, paired, seeds_paired
 
 
 def read_doc_scores(result_dir: Path | None, split: str) -> dict[str, dict[str, Any]] | None:
@@ -61,21 +61,59 @@ def compare(a: list[dict[str, dict[str, Any]]], b: list[dict[str, dict[str, Any]
             "test": r.test_method}
 
 
-def recheck(spec: dict[str, Any], table: Path, folder: Path) -> list[str]:
-    """Each row of a rendered perplexity table recomputed from the per-document scores archived beside it
-    (``scores/<artifact>/<run>/``): the problems, none when every number agrees."""
-    split = next(iter(spec["splits"].values()))
-    problems = []
-    for r in csv.DictReader(table.open(encoding="utf-8")):
-        if r["status"] != "ok":
-            continue
-        per_seed = [read_doc_scores(folder / run, split) for run in r["run_ids"].split()]
-        if any(s is None for s in per_seed):
-            problems.append(f"{table}: {r['method']} on {r['dataset']}: a run's archived scores are missing")
-            continue
-        got = pooled(per_seed)  # type: ignore[arg-type]
-        for k in ("ppl", "low", "high"):
-            if got is None or not math.isclose(got[k], float(r[k]), rel_tol=1e-9):
-                problems.append(f"{table}: {r['method']} on {r['dataset']}: {k}={r[k]}, the archived scores give "
-                                f"{got[k] if got else None}")
-    return problems
+SETTINGS = (("full_layers", "l"), ("block_size", "b"), ("window", "w"), ("placement", ""))
+
+
+def setting(described: dict[str, Any]) -> str:
+    """The sizes a run used, as the paper writes them (``l=1, b=128``), from its method record."""
+    kind = described.get("name")
+    keep = {"full_attention": (), "block_attention": ("block_size",), "sliding_window": ("window",)}.get(
+        kind, ("full_layers", "block_size", "placement"))
+    return ", ".join(f"{short}={described[k]}" if short else str(described[k]) for k, short in SETTINGS
+                     if k in keep and described.get(k) is not None)
+
+
+def comparisons(spec: dict[str, Any], scores: dict[tuple[str, str], list[dict[str, dict[str, Any]]]]
+                ) -> list[dict[str, Any]]:
+    """Every listed pair on every column both rows have, Holm-adjusted over all of them."""
+    out = []
+    for a, b in spec.get("comparisons", []):
+        for (method, key), per_seed in scores.items():
+            if method != a or not per_seed or not scores.get((b, key)):
+                continue
+            r = compare(per_seed, scores[(b, key)])
+            if r is not None:
+                out.append({"row": a, "against": b, "dataset": key, **r})
+    for r, adj in zip(out, holm([r["p"] for r in out]) if out else []):
+        r["p_holm"] = adj
+    return out
+
+
+def paper_values(spec: dict[str, Any], split: str, method: str, key: str) -> dict[str, Any]:
+    """The paper's perplexity and C (millions) for a row and column, as the spec records them."""
+    paper = spec.get("paper", {})
+    return {"paper_ppl": (paper.get(split, {}).get(method) or {}).get(key),
+            "paper_cost_millions": (paper.get("cost_millions") or {}).get(method)}
+
+
+def cost_shares(spec: dict[str, Any], costs: dict[tuple[str, str], Any]) -> dict[tuple[str, str], float | None]:
+    """Each (row, column)'s C as a share of the full-attention row's C on that column."""
+    full_row = spec.get("full_row", "full")
+    full = {key: c for (m, key), c in costs.items() if m == full_row and c}
+    return {(m, key): c / full[key] if c and full.get(key) else None for (m, key), c in costs.items()}
+
+
+def bucket_values(per_seed: list[dict[str, dict[str, Any]]], width: int) -> list[dict[str, Any]]:
+    """A cell's documents grouped by length in ``((k - 1) B, k B]`` buckets (the first seed's lengths), each
+    bucket pooled over the seeds: Figure 3's points."""
+    labels: dict[str, list[str]] = {}
+    for doc, r in per_seed[0].items():
+        labels.setdefault(bucket_label(int(r["length"]), width), []).append(doc)
+    out = []
+    for label, ids in sorted(labels.items(), key=lambda kv: int(kv[0][1:].split(",")[0])):
+        value = pooled([{i: s[i] for i in ids if i in s} for s in per_seed])
+        if value is not None:
+            out.append({"bucket": label, "upper": int(label.rstrip("]").split(", ")[1]),
+                        **{k: value[k] for k in ("ppl", "low", "high", "docs", "seeds")}})
+    return out
+

@@ -28,10 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from scaleformer.artifacts.grid import Cell, column_label, expand_grid, resolve_run_ids, seeds, title
-from scaleformer.artifacts.perplexity_stats import compare, pooled, read_doc_scores
+from scaleformer.artifacts.perplexity_stats import (
+    comparisons,
+    cost_shares,
+    paper_values,
+    pooled,
+    read_doc_scores,
+    setting,
+)
 from scaleformer.artifacts.tables import collect
 from scaleformer.io import atomic_write_text
-from scaleformer.metrics.stats import holm
 
 
 def _groups(cells: list[Cell]) -> dict[tuple[str, str], list[Cell]]:
@@ -41,24 +47,11 @@ def _groups(cells: list[Cell]) -> dict[tuple[str, str], list[Cell]]:
     return out
 
 
-SETTINGS = (("full_layers", "l"), ("block_size", "b"), ("window", "w"), ("placement", ""))
-
-
-def setting(described: dict[str, Any]) -> str:
-    """The sizes a run used, as the paper writes them (``l=1, b=128``), from its method record."""
-    kind = described.get("name")
-    keep = {"full_attention": (), "block_attention": ("block_size",), "sliding_window": ("window",)}.get(
-        kind, ("full_layers", "block_size", "placement"))
-    return ", ".join(f"{short}={described[k]}" if short else str(described[k]) for k, short in SETTINGS
-                     if k in keep and described.get(k) is not None)
-
-
 def table_rows(spec: dict[str, Any], cells: list[Cell], got: Any, split: str
                ) -> tuple[list[dict[str, Any]], dict[tuple[str, str], list[dict[str, dict[str, Any]]]]]:
     """One row per (method, column) with its perplexity, C and the paper's values; and each cell's per-seed
     document scores (what comparisons and the figure read)."""
     rows, scores = [], {}
-    paper = spec.get("paper", {})
     for (method, key), group in _groups(cells).items():
         skipped = group[0].skipped
         runs = [got.results.get((c.key, c.method, c.value, c.seed)) for c in group]
@@ -70,30 +63,13 @@ def table_rows(spec: dict[str, Any], cells: list[Cell], got: Any, split: str
         status = f"skipped: {skipped}" if skipped else "ok" if value else \
             "not run" if not group[0].available else f"missing ({len(per_seed)} of {len(group)} seeds)"
         rows.append({"method": method, "dataset": key, "status": status, "cost": cost, "setting": setting(described),
-                     "paper_ppl": (paper.get(split, {}).get(method) or {}).get(key),
-                     "paper_cost_millions": (paper.get("cost_millions") or {}).get(method),
+                     **paper_values(spec, split, method, key),
                      "run_ids": " ".join(sorted({str(c.run_id) for c in group if c.run_id})),
                      **({k: value[k] for k in ("ppl", "low", "high", "docs", "seeds", "seed_ppl")} if value else {})})
-    full = {r["dataset"]: r["cost"] for r in rows if r["method"] == spec.get("full_row", "full") and r["cost"]}
+    shares = cost_shares(spec, {(r["method"], r["dataset"]): r["cost"] for r in rows})
     for r in rows:
-        r["cost_share"] = r["cost"] / full[r["dataset"]] if r["cost"] and full.get(r["dataset"]) else None
+        r["cost_share"] = shares[(r["method"], r["dataset"])]
     return rows, scores
-
-
-def comparisons(spec: dict[str, Any], scores: dict[tuple[str, str], list[dict[str, dict[str, Any]]]]
-                ) -> list[dict[str, Any]]:
-    """Every listed pair on every column both rows have, Holm-adjusted over all of them."""
-    out = []
-    for a, b in spec.get("comparisons", []):
-        for (method, key), per_seed in scores.items():
-            if method != a or not per_seed or not scores.get((b, key)):
-                continue
-            r = compare(per_seed, scores[(b, key)])
-            if r is not None:
-                out.append({"row": a, "against": b, "dataset": key, **r})
-    for r, adj in zip(out, holm([r["p"] for r in out]) if out else []):
-        r["p_holm"] = adj
-    return out
 
 
 def _ppl(r: dict[str, Any]) -> str:

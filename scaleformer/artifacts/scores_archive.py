@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from scaleformer.artifacts.grid import load_spec
-from scaleformer.artifacts.perplexity_stats import recheck as recheck_perplexity
+from scaleformer.artifacts.perplexity_recheck import recheck_figure as recheck_by_length
+from scaleformer.artifacts.perplexity_recheck import recheck_table as recheck_perplexity
 from scaleformer.artifacts.significance import annotate, point_fields, read_scores
 from scaleformer.io import atomic_write_text, iter_jsonl
 from scaleformer.resources import experiments_dir
@@ -187,6 +188,10 @@ def recheck_all(tables: Path) -> list[str]:
     for path in sorted(experiments_dir().glob("*.yaml")):  # figures drawn from another artifact's archived runs
         spec = load_spec(path)
         figure = tables / f"{path.stem}.csv"
-        if spec.get("kind") == "metric_by_cost" and figure.is_file():
-            problems += recheck_figure(spec, figure, tables / "scores" / spec["same_runs_as"])
+        check = {"metric_by_cost": recheck_figure, "perplexity_by_length": recheck_by_length}.get(spec.get("kind"))
+        if check is not None and figure.is_file():
+            try:
+                problems += check(spec, figure, tables / "scores" / spec["same_runs_as"])
+            except (ValueError, KeyError, TypeError) as e:
+                problems.append(f"{figure}: cannot be rechecked: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
     return problems

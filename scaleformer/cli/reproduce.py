@@ -82,7 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     local = spec["profiles"][args.profile].get("runner") == "local" and not args.launcher
     costs = bool(spec["profiles"][args.profile].get("cost_table"))
     if (args.profile == "paper" or costs) and not args.render_only:  # the dry run says what it will price
-        counted = counted_floor(args.artifact, Path("results") / "dryrun")  # MASFormer's bills: a floor
+        try:
+            counted = counted_floor(args.artifact, Path("results") / "dryrun")  # MASFormer's bills: a floor
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         hours, line = counted or paper_estimate(args.artifact, Path("results") / "dryrun")
         print(line, flush=True)
         if args.profile == "paper" and not args.yes and (hours is None or hours > 1):  # unknown: as if long

@@ -12,7 +12,8 @@ import pytest
 
 from scaleformer.artifacts import grid
 from scaleformer.artifacts.perplexity_figure import build_perplexity_figure
-from scaleformer.artifacts.perplexity_stats import compare, pooled, recheck
+from scaleformer.artifacts.perplexity_recheck import recheck_table
+from scaleformer.artifacts.perplexity_stats import compare, pooled
 from scaleformer.artifacts.perplexity_tables import build_perplexity, setting
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,10 +91,10 @@ def test_smoke_profile_runs_and_renders_with_cost_shares_and_paired_tests(tmp_pa
         assert sum(int(b["docs"]) for b in mine) == int(r["docs"]) and all(int(b["upper"]) <= 256 for b in mine)
     assert drawn["png"].read_bytes()[:4] == b"\x89PNG" and "| Full attention |" in drawn["md"].read_text()
     archived = tmp_path / "scores" / "masformer_table1"
-    assert recheck(SPEC, paths["csv"], archived) == []  # every number again from the archived scores
+    assert recheck_table(SPEC, paths["csv"], archived, "smoke") == []  # every number again from the archives
     text = paths["csv"].read_text()
     paths["csv"].write_text(text.replace(rows["full"]["ppl"], str(float(rows["full"]["ppl"]) * 1.01), 1))
-    assert any("full on arxiv: ppl=" in p for p in recheck(SPEC, paths["csv"], archived))
+    assert any("full arxiv: ppl is" in p for p in recheck_table(SPEC, paths["csv"], archived, "smoke"))
 
 
 def test_masformer_table2_smoke_renders_rouge_rows_on_the_profiles_own_column(tmp_path):
