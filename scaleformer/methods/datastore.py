@@ -1,11 +1,14 @@
 """What the retrieval methods (Unlimiformer, Memorizing Transformers) give the decoder: two encodings.
 
-* The **local window**: the backbone's own encoding of the truncated input (its first
-  ``max_positions`` tokens, query prefix first, re-closed with ``</s>``), exactly what
-  :class:`~scaleformer.methods.truncation.Truncation` produces. Unlimiformer's reference generates
-  from ``input_ids[:, :window]`` (``Unlimiformer.pre_generate_hook`` in abertsch72/unlimiformer
-  ``src/unlimiformer.py``), so its non-retrieving layers see that encoding; Memorizing Transformers'
-  local context is the current segment (Wu et al. 2022, section 3).
+* The **local window**: the backbone's own encoding of the input's first ``max_positions`` tokens as they
+  are (query prefix first), :class:`FirstWindow`. Unlimiformer's reference encodes and generates from
+  ``input_ids[:, :window]`` (``Unlimiformer.pre_generate_hook``, and ``pre_forward_hook`` in training, in
+  abertsch72/unlimiformer ``src/unlimiformer.py``, commit e38b014), so its non-retrieving layers see that
+  encoding. Unlike :class:`~scaleformer.methods.truncation.Truncation`, a cut input is *not* re-closed with
+  ``</s>``: that is truncation's own rule, and a re-closed window changed the first step's logits by 0.09
+  against the reference. Memorizing Transformers as the Unlimiformer paper runs it (retrieval in one layer)
+  is that code with one retrieving layer, so its local context is the same window (Wu et al. 2022, section 3:
+  the current segment).
 * The **datastore**: every token of the input encoded in overlapping chunks with SLED's windows and
   keep rule (Unlimiformer's ``Unlimiformer.window_indices`` is a copy of SLED's ``_window_indices``;
   ``chunked_encode_input`` / ``reset_memory`` keep ``[update_start, update_end)`` of each window).
@@ -31,6 +34,15 @@ if TYPE_CHECKING:
     from scaleformer.model.spec import BackboneSpec
 
 
+class FirstWindow(Truncation):
+    """The input's first ``window`` tokens as they are, the end of a cut input not re-closed: the retrieval
+    methods' local window, as Unlimiformer's reference cuts it (``input_ids[:, :window]``)."""
+
+    def truncate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w = self.window
+        return input_ids[:, :w], attention_mask[:, :w]  # [batch, <= w]
+
+
 class DatastoreMethod(Sled):
     """Base of the retrieval methods: the local window, the SLED datastore, and the shared state."""
 
@@ -38,7 +50,7 @@ class DatastoreMethod(Sled):
 
     def __init__(self, cfg: SledConfig, spec: BackboneSpec) -> None:
         super().__init__(cfg, spec)
-        self.local_window = Truncation(TruncationConfig(), spec)  # the backbone's own first window
+        self.local_window = FirstWindow(TruncationConfig(), spec)  # the backbone's own first window, uncut
         self.state = RetrievalState(k=self.k_resolved(), window=spec.max_positions)
 
     def k_resolved(self) -> int:
@@ -64,13 +76,10 @@ class DatastoreMethod(Sled):
         return window, store, lay
 
     def local_covers(self, lay: ChunkLayout) -> torch.Tensor:
-        """Datastore positions ``[batch]`` (CPU) the local window holds: its prefix + document tokens.
-
-        A cut document's window ends with the re-closing ``</s>``, which stands in for a document token.
-        """
+        """Datastore positions ``[batch]`` (CPU) the local window holds: its prefix + document tokens, at most
+        its width (a cut window holds exactly its first ``w`` tokens)."""
         total = lay.doc_len + lay.doc_prefix  # [batch] datastore states per document
-        w = self.local_window.window
-        return torch.where(total > w, w - len(self.spec.suffix_ids), total)
+        return total.clamp(max=self.local_window.window)
 
     @staticmethod
     def join(window: Encoded, store_hidden: torch.Tensor, store_mask: torch.Tensor) -> Encoded:

@@ -7,8 +7,9 @@ learned gate ``g = sigmoid(b_h)``: ``V = g * V_mem + (1 - g) * V_local`` (Wu et 
 Unlimiformer paper (Bertsch et al. 2023) compares against this design on BART: retrieval in a single
 decoder layer instead of in every layer. Each choice and its source:
 
-* Local context: the backbone's own encoding of the first window (the truncated input, exactly what
-  ``method=truncation`` gives the decoder), see :mod:`scaleformer.methods.datastore`. Every decoder
+* Local context: the backbone's own encoding of the input's first window as it is (not re-closed with
+  ``</s>`` as ``method=truncation`` does: Unlimiformer's code, which runs this baseline with one retrieving
+  layer, cuts ``input_ids[:, :window]``), see :mod:`scaleformer.methods.datastore`. Every decoder
   layer other than the memory layer attends to it only, as the LM's other layers see only the local
   context (Wu et al.).
 * Memory: the input's tokens the local window does not hold, encoded in overlapping chunks as

@@ -1,5 +1,5 @@
 """Memorizing Transformers (encoder-decoder adaptation) on tiny random BART/T5: the local context is the
-backbone's own encoding of the first window (a closed gate is exactly method=truncation); the memory is
+backbone's own encoding of the first window as it is (a closed gate is exactly the backbone on it); the memory is
 the rest of the document, disjoint from it; the gate is a trainable, checkpointed parameter that starts
 near local attention; the memory layer mixes top-k retrieval and local attention per head exactly as
 documented (brute-force check); a document without memory; the model trains and generates; config
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 # The same tiny backbones and specs as the Unlimiformer tests (one definition).
-from test_unlimiformer import ARCHS, SPECS, W, tiny, truncated_encoding  # noqa: E402
+from test_unlimiformer import ARCHS, SPECS, W, first_window_encoding, tiny  # noqa: E402
 from transformers.modeling_outputs import BaseModelOutput
 
 from scaleformer.errors import ConfigError
@@ -87,19 +87,19 @@ def test_gate_is_a_trainable_checkpointed_parameter_of_the_memory_layer(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_closed_gate_is_exactly_method_truncation(arch):
+def test_closed_gate_is_exactly_the_backbone_on_the_first_window(arch):
     ref = tiny(arch)
     model, m, enc = setup(arch, gate_init=1e-7, k=5)
     ids, mask = batch([100, 70], arch)
+    local, local_mask = first_window_encoding(ref, ids, mask, arch)  # by hand: the first W tokens as they are
+    assert m.state.local == local.shape[1] == W
+    torch.testing.assert_close(enc.hidden[:, :W], local, atol=1e-4, rtol=1e-4)
     trunc = build_method(method_config({"name": "truncation"}), SPECS[arch]).encode(
         ref.get_encoder(), ids, mask, training=False)
-    assert m.state.local == trunc.hidden.shape[1] == W
-    local, local_mask = truncated_encoding(ref, ids, mask, arch)  # by hand: the first W tokens, </s> at the cut
-    torch.testing.assert_close(trunc.hidden, local, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(enc.hidden[:, :W], trunc.hidden)
+    assert (trunc.hidden - local).abs().max() > 1e-3  # truncation re-closes the cut with </s>: another window
     dec = dec_ids(2)
     got = model(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, decoder_input_ids=dec).logits
-    want = ref(encoder_outputs=(trunc.hidden,), attention_mask=trunc.mask, decoder_input_ids=dec).logits
+    want = ref(encoder_outputs=(local,), attention_mask=local_mask, decoder_input_ids=dec).logits
     torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
 
 
@@ -109,11 +109,11 @@ def test_memory_is_the_rest_of_the_document_disjoint_from_the_local_window(arch)
     lo = m.state.local
     store_mask = enc.mask[:, lo:]  # [B, T_s]: datastore positions (prefix + document order) in the memory
     j = torch.arange(store_mask.shape[1])
-    covered = W - 1  # the window holds the first 63 document tokens, then the re-closing </s>
+    covered = W  # the window holds the first 64 tokens as they are
     want = torch.stack([(j >= covered) & (j < n) for n in (100, 70, 40)])
     want[2] = False  # 40 tokens fit the window: no memory
     assert torch.equal(store_mask.bool(), want)
-    assert [m.decoder_length(n) for n in (100, 70, 40)] == enc.mask.sum(1).tolist() == [W + 37, W + 7, 40]
+    assert [m.decoder_length(n) for n in (100, 70, 40)] == enc.mask.sum(1).tolist() == [W + 36, W + 6, 40]
     capped = make(arch, memory_size=5)
     capped.wrap(tiny(arch))
     ids, mask = batch([100, 70], arch)
@@ -195,15 +195,15 @@ def test_training_encodes_everything_and_attends_as_generation_does(arch):
     model.train()
     enc = m.encode(model.get_encoder(), ids, mask, training=True)
     lo = m.state.local
-    assert lo == W and enc.mask[:, lo:].sum(1).tolist() == [100 - (W - 1), 70 - (W - 1)]
+    assert lo == W and enc.mask[:, lo:].sum(1).tolist() == [100 - W, 70 - W]
     enc.hidden.retain_grad()
     loss = model(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, labels=dec_ids(2)).loss
     assert math.isfinite(loss.item())
     loss.backward()
     reached = enc.hidden.grad.abs().sum(-1) > 0  # [B, T]
     assert reached[:, :lo][enc.mask[:, :lo].bool()].all()  # the local window
-    assert not reached[:, lo:lo + W - 1].any()  # datastore states the window already holds: not in the memory
-    assert reached[:, lo + W - 1:].any()  # retrieved memory states
+    assert not reached[:, lo:lo + W].any()  # datastore states the window already holds: not in the memory
+    assert reached[:, lo + W:].any()  # retrieved memory states
 
 
 def test_defaults_follow_wu_et_al():

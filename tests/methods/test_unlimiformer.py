@@ -116,11 +116,10 @@ def assert_true_top_k(scores, idx, k):
     assert same[clear].all()
 
 
-def truncated_encoding(model, ids, mask, arch: str):
-    """The backbone's own encoding of the first W tokens, cut documents re-closed with </s> (by hand)."""
-    ids, mask = ids[:, :W].clone(), mask[:, :W]
-    eos = SPECS[arch].suffix_ids[0]
-    ids[:, W - 1] = torch.where(mask[:, W - 1].bool(), eos, ids[:, W - 1])
+def first_window_encoding(model, ids, mask, arch: str):
+    """The backbone's own encoding of the first W tokens as they are (by hand): Unlimiformer's reference cuts
+    ``input_ids[:, :window]`` (``pre_generate_hook``) and does not re-close the cut with </s>."""
+    ids, mask = ids[:, :W], mask[:, :W]
     with torch.no_grad():
         return model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state, mask
 
@@ -129,6 +128,23 @@ def parts(m, enc):
     """(local hidden, local mask, datastore hidden, datastore mask) of an encode's output."""
     lo = m.state.local
     return enc.hidden[:, :lo], enc.mask[:, :lo], enc.hidden[:, lo:], enc.mask[:, lo:]
+
+
+@pytest.mark.parametrize("name", ["unlimiformer", "memorizing"])
+def test_the_local_window_is_the_inputs_first_tokens_as_the_reference_cuts_them(name):
+    """A 1,025-token input's window is its first 1,024 tokens (``input_ids[:, :1024]``, Unlimiformer's
+    ``pre_generate_hook``), its last not replaced by </s>; re-closing stays truncation's own rule."""
+    import dataclasses
+
+    spec = dataclasses.replace(SPECS["bart"], max_positions=1024)
+    m = build_method(method_config({"name": name}), spec)
+    ids = torch.randint(5, 100, (2, 1025))
+    mask = torch.ones_like(ids)
+    mask[1, 900:] = 0  # a shorter document beside it
+    got, got_mask = m.local_window.truncate(ids, mask)
+    assert torch.equal(got, ids[:, :1024]) and torch.equal(got_mask, mask[:, :1024])
+    trunc, _ = build_method(method_config({"name": "truncation"}), spec).truncate(ids, mask)
+    assert trunc[0, -1].item() == spec.suffix_ids[-1] and torch.equal(trunc[1], ids[1, :1024])
 
 
 # --------------------------------------------------------------------------------------- exactness
@@ -162,14 +178,14 @@ def test_k_covering_the_datastore_equals_full_cross_attention_over_it(arch, impl
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_first_decoding_step_attends_to_the_local_window(arch):
-    """As the reference (is_first_test_decoding_step): step 1 is the backbone reading the truncated input."""
+    """As the reference (is_first_test_decoding_step): step 1 is the backbone reading the first window."""
     ref = tiny(arch)
     model = copy.deepcopy(ref)
     m = make(arch, k=4)
     m.wrap(model)
     ids, mask = batch([100, 70], arch)
     enc = m.encode(model.get_encoder(), ids, mask, training=False)
-    local, local_mask = truncated_encoding(model, ids, mask, arch)
+    local, local_mask = first_window_encoding(model, ids, mask, arch)
     torch.testing.assert_close(parts(m, enc)[0], local, atol=1e-4, rtol=1e-4)
     local = parts(m, enc)[0]
     kw = dict(num_beams=1, do_sample=False, max_new_tokens=4, min_new_tokens=4, output_scores=True,
@@ -207,7 +223,7 @@ def test_small_k_retrieves_the_true_top_k_per_head(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_layers_outside_the_range_attend_to_the_truncated_input_encoded_as_one_window(arch):
+def test_layers_outside_the_range_attend_to_the_first_window_encoded_as_one(arch):
     model = tiny(arch)
     m = make(arch, k=5, layers=[1, 2])  # layer 0 keeps the backbone's window
     m.wrap(model)
@@ -218,7 +234,7 @@ def test_layers_outside_the_range_attend_to_the_truncated_input_encoded_as_one_w
     model(encoder_outputs=(enc.hidden,), attention_mask=enc.mask, decoder_input_ids=dec_ids(2))
     mods = cross_attentions(model, "test")
     assert set(m.state.retrieved) == {1}
-    local, local_mask = truncated_encoding(model, ids, mask, arch)  # not the first packed chunk states
+    local, local_mask = first_window_encoding(model, ids, mask, arch)  # not the first packed chunk states
     torch.testing.assert_close(parts(m, enc)[0], local, atol=1e-4, rtol=1e-4)
     local = parts(m, enc)[0]
     h, out = seen[0]
