@@ -93,8 +93,10 @@ def rouge_metrics(tokenizer: Any) -> Any:
         preds, refs = text(predictions), text(pred.label_ids)
         keep = [i for i, r in enumerate(refs) if r]  # an empty reference is skipped and counted, as the data layer does
         counts = {"n_scored": len(keep), "n_no_reference": len(refs) - len(keep)}
-        if not keep:
-            return counts
+        if not keep:  # no ROUGE keys would fail a Trainer that selects on one far from here: say why now
+            raise ValueError(f"compute_metrics: nothing to score: {len(refs)} prediction(s), "
+                             f"{counts['n_no_reference']} without a reference; give the evaluation documents "
+                             "with references")
         scores = compute_rouge([preds[i] for i in keep], [[refs[i]] for i in keep])
         return {**{k: round(scores[k], 4) for k in (*ROUGE_TYPES, "rouge_geomean")}, **counts}
     return compute

@@ -12,6 +12,7 @@ multirun a failed cell is recorded and the sweep goes on (exit 1 at its end).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Any
@@ -23,10 +24,12 @@ from scaleformer.artifacts.sweeps import record_job_failure
 from scaleformer.compose import check_overrides as compose_checks
 from scaleformer.compose import group_choices, register_configs
 from scaleformer.errors import ConfigError, UserError, redact, storage_error
+from scaleformer.methods import REGISTRY, load_plugins
 from scaleformer.ops.host_memory import keep_freed_memory
 from scaleformer.progress import VERBOSE_ENV
 from scaleformer.resources import conf_dir
-from scaleformer.runs.context import check_all_targets, check_groups
+from scaleformer.runs.context import check_groups
+from scaleformer.runs.targets import check_all_targets
 
 register_configs()
 log = logging.getLogger("scaleformer")
@@ -173,7 +176,26 @@ def composition_error(e: BaseException) -> str:
     cause = e.__cause__
     if cause is not None and str(cause).strip():
         parts.append(str(cause).strip().splitlines()[0])
-    return redact(" ".join(dict.fromkeys(parts)) or type(e).__name__)
+    text = " ".join(dict.fromkeys(parts)) or type(e).__name__
+    return redact(experiment_method_hint(text) or text)
+
+
+def experiment_method_hint(text: str) -> str | None:
+    """An experiment that sets a method key the chosen method lacks (``experiment=masformer_lm method=sled``: its
+    ``method.max_length``), said as what it is: the experiment needs a method with that key, and which those are."""
+    import re
+
+    m = re.search(r"In '(?:\w+/)?experiment/([\w.-]+)'.*Key '(\w+)' not in '(\w+)'.*full_key: method\.\2\b", text)
+    if m is None:
+        return None
+    load_plugins()
+    experiment, key, schema = m.groups()
+    fit = sorted(n for n, c in REGISTRY.items() if key in {f.name for f in dataclasses.fields(c.Config)})
+    chosen = next((n for n, c in REGISTRY.items() if c.Config.__name__ == schema), schema)
+    causal = fit and all(REGISTRY[n].runs_decoder_only for n in fit)
+    what = "a span method on a decoder-only backbone" if causal else "a method with that key"
+    return (f"experiment={experiment} sets method.{key}, which method={chosen} has no key for: the experiment needs "
+            f"{what}: method={', '.join(fit) or '(none registered)'}")
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
