@@ -1,11 +1,23 @@
 """Tiny random BART and T5 backbones (2 layers, d_model 32, 128 positions), their specs, every registered
 method with the settings it declares for them, and ragged batches: what the decoding, GPU, compat and
-fast-step tests share."""
+fast-step tests share. And one tiny random model of each routed decoder-only family (3 layers, width 32), in
+float64: what the causal-span and causal-class tests share."""
 
 from __future__ import annotations
 
 import torch
-from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
+from transformers import (
+    AutoModelForCausalLM,
+    BartConfig,
+    BartForConditionalGeneration,
+    GPT2Config,
+    GPTNeoXConfig,
+    LlamaConfig,
+    MistralConfig,
+    Qwen2Config,
+    T5Config,
+    T5ForConditionalGeneration,
+)
 
 from scaleformer.methods import REGISTRY
 from scaleformer.model.spec import BackboneSpec
@@ -44,3 +56,24 @@ def batch(lengths: list[int], spec: BackboneSpec, seed: int = 0) -> tuple[torch.
         doc[n - len(spec.suffix_ids):] = torch.tensor(spec.suffix_ids, dtype=torch.long)
         ids[b, :n] = doc
     return ids, (ids != spec.pad_id).long()
+
+
+CAUSAL_VOCAB, CAUSAL_LAYERS = 61, 3
+_CAUSAL = {"vocab_size": CAUSAL_VOCAB, "hidden_size": 32, "num_hidden_layers": CAUSAL_LAYERS, "intermediate_size": 64}
+CAUSAL_SHAPES = {
+    "gpt2": lambda: GPT2Config(vocab_size=CAUSAL_VOCAB, bos_token_id=1, eos_token_id=2, n_embd=32,
+                               n_layer=CAUSAL_LAYERS, n_head=4, n_positions=128),
+    "gpt_neox": lambda: GPTNeoXConfig(**_CAUSAL, num_attention_heads=4, max_position_embeddings=512),
+    "llama": lambda: LlamaConfig(**_CAUSAL, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512),
+    "mistral": lambda: MistralConfig(**_CAUSAL, num_attention_heads=4, num_key_value_heads=2, sliding_window=None,
+                                     max_position_embeddings=512),
+    "qwen2": lambda: Qwen2Config(**_CAUSAL, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512),
+}
+
+
+def tiny_causal(family: str, seed: int = 0, **overrides) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    conf = CAUSAL_SHAPES[family]()
+    for k, v in overrides.items():
+        setattr(conf, k, v)
+    return AutoModelForCausalLM.from_config(conf, attn_implementation="sdpa").eval().double()

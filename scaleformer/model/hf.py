@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -250,8 +251,7 @@ class ScaleformerForConditionalGeneration(BackboneEmbeddings, CheckedLoading, Pr
         tokens; ``compile_step="inductor"`` compiles it) instead of transformers' loop, where it applies."""
         check_inputs("generate", input_ids, attention_mask, prefix_ids, prefix_mask, kwargs.get("inputs_embeds"))
         check_generate_keywords(kwargs)
-        # deferred: ops can be half-built when the Auto registration imports this module (note above)
-        from scaleformer.ops import decoding, step_decoding
+        decoding, step_decoding = deferred_ops().decoding, deferred_ops().step_decoding
 
         step, compile_step = bool(kwargs.pop("step_decoding", False)), kwargs.pop("compile_step", None)
         beams_given = "num_beams" in kwargs
@@ -270,6 +270,15 @@ class ScaleformerForConditionalGeneration(BackboneEmbeddings, CheckedLoading, Pr
         enc = self.encode(input_ids, attention_mask, prefix_ids=prefix_ids, prefix_mask=prefix_mask, training=False)
         return step_decoding.decode(self.backbone, enc.hidden, enc.mask, step=step, compile=compile_step,
                                     generation_config=gen, **kwargs)
+
+
+def deferred_ops() -> Any:
+    """The ops modules both model classes call (decoding, causal spans, the transformers seam), imported when a
+    model runs: ops can be half-built when the Auto registration imports these classes (note above)."""
+    # deferred: ops can be half-built when the Auto registration imports this module (note above)
+    from scaleformer.ops import causal_spans, compat, decoding, step_decoding
+
+    return SimpleNamespace(causal_spans=causal_spans, compat=compat, decoding=decoding, step_decoding=step_decoding)
 
 
 def config_method(config: ScaleformerConfig) -> Method:

@@ -27,9 +27,12 @@ from scaleformer.model.spec import BackboneSpec
 CONFIG_FILE = "config.json"
 # What transformers reads (and writes: resize_token_embeddings sets vocab_size) on the model's config,
 # kept on the backbone's: reading or setting one here reads or sets the backbone's.
-BACKBONE_KEYS = ("vocab_size", "pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id")
+BACKBONE_KEYS = ("vocab_size", "pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id", "use_cache")
 # The decoder's sizes (transformers' generic names), read from the backbone's decoder text config.
 DECODER_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads")
+# The context a client may give the model (lm-evaluation-harness, pipelines read these names): a decoder-only
+# method's sequence (``method.max_length``, its positions duplicated up to it), else the backbone's own.
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions")
 
 
 class ScaleformerConfig(PretrainedConfig):
@@ -47,8 +50,10 @@ class ScaleformerConfig(PretrainedConfig):
         self.spec = dict(spec) if isinstance(spec, dict) else spec
         # Top-level copies (config.json files written before these keys were delegated mirror the
         # backbone's; a caller's own value sets the backbone's); sizes belong to the backbone alone.
-        given = {k: kwargs.pop(k) for k in (*BACKBONE_KEYS, *DECODER_SIZES) if k in kwargs}
-        kwargs["is_encoder_decoder"] = True
+        given = {k: kwargs.pop(k) for k in (*BACKBONE_KEYS, *DECODER_SIZES, *CONTEXT_KEYS) if k in kwargs}
+        # what the backbone is: a decoder-only one makes a causal LM (generation asks for no decoder_input_ids)
+        kwargs["is_encoder_decoder"] = not isinstance(self.backbone, PretrainedConfig) or bool(
+            getattr(self.backbone, "is_encoder_decoder", False))
         if isinstance(self.backbone, PretrainedConfig):
             # transformers sets these on every sub-config as it builds this one (None when not asked): a
             # backbone that runs eager attention keeps it unless the caller asks for another
@@ -114,8 +119,25 @@ def _decoder_size(key: str) -> property:
     return property(get, put, doc=f"The backbone decoder's {key}, read only.")
 
 
+def _context_length(key: str) -> property:
+    """``config.<key>``: the longest sequence the model reads, read only (a setting of the method or backbone)."""
+    def get(self: ScaleformerConfig) -> Any:
+        backbone = self.backbone if isinstance(self.backbone, PretrainedConfig) else None
+        method = self.method if isinstance(self.method, dict) else {}
+        if backbone is not None and not getattr(backbone, "is_encoder_decoder", False) and method.get("max_length"):
+            return int(method["max_length"])
+        return getattr(backbone, key, None) if backbone is not None else None
+
+    def put(self: ScaleformerConfig, value: Any) -> None:
+        raise ConfigError(f"config.{key}={value!r}: the model's context is its method's (method.max_length) or its "
+                          "backbone's positions; set those before the model is built")
+    return property(get, put, doc=f"The longest sequence the model reads ({key}).")
+
+
 for _key in BACKBONE_KEYS:
     setattr(ScaleformerConfig, _key, _backbone_key(_key))
+for _key in CONTEXT_KEYS:
+    setattr(ScaleformerConfig, _key, _context_length(_key))
 for _key in DECODER_SIZES:
     setattr(ScaleformerConfig, _key, _decoder_size(_key))
 

@@ -26,7 +26,9 @@ its ``attention_types`` with every layer "local" is the native form of a window 
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -150,13 +152,61 @@ def _first_key(span: Span, pos: torch.Tensor) -> torch.Tensor:
 
 
 def allowed(span: Span, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-    """May the query at ``q_pos [B, q]`` read the key at ``k_pos [B, k]``: ``[B, q, k]`` bool, by positions."""
-    qp, kp = q_pos[:, :, None], k_pos[:, None, :]
+    """May a query at position ``q_pos [B, q, 1]`` read a key at position ``k_pos [B, q, k]`` (each query's own
+    count of its keys): ``[B, q, k]`` bool, by positions (a key after the query is the given mask's to refuse)."""
     if span.kind in ("full", "block", "window"):
-        return (kp <= qp) & (kp >= _first_key(span, qp))
+        return k_pos >= _first_key(span, q_pos)
     n = int(max(q_pos.max(), k_pos.max())) + 1  # another package's kind: its own mask, read at the positions
-    mask = span.dense_mask(n).to(q_pos.device)  # [n, n]
-    return mask[qp.clamp(min=0), kp.clamp(min=0)]
+    dense = span.dense_mask(n).to(q_pos.device)  # [n, n]
+    return dense[q_pos.clamp(min=0).expand_as(k_pos), k_pos.clamp(min=0)]
+
+
+def span_mask(span: Span, q_len: int, k_len: int, attention_mask: torch.Tensor | None,
+              position_ids: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+    """``[B|1, q, k]`` bool: the keys each new query reads, the given mask read whole and intersected with the span.
+
+    A mask (transformers' ``[B, 1, q, k]``, bool or additive) says which keys each query may read: its padding, a
+    packed row's block-diagonal documents, a static cache's empty slots. Each query's position is then the count
+    of the keys it may read (itself included), and each key's position its rank among them: a left-padded row, a
+    document packed after another, a prompt in a cache longer than it, all read as that document alone. Without a
+    mask every key is a real token and a new query sits at its ``position_ids`` (a static cache's prompt arrives
+    with keys padded to the cache's length, and its tokens are the first slots), else at the last columns."""
+    if attention_mask is not None:
+        given = attention_mask[:, 0] if attention_mask.dim() == 4 else attention_mask  # [B|1, q, k]
+        given = (given == 0) if given.is_floating_point() else given.bool()
+        rank = given.long().cumsum(-1) - 1  # [B, q, k] a key's position among the query's keys
+        q_pos = rank[..., -1:]  # [B, q, 1] the query's own position: the last of its keys
+        mask = given & allowed(span, q_pos, rank)
+    else:
+        cols = torch.arange(k_len, device=device)
+        if position_ids is not None and position_ids.shape[-1] == q_len:
+            q_col = position_ids.reshape(-1, q_len).to(device).clamp(max=k_len - 1)  # [B|1, q]
+        else:
+            q_col = torch.arange(k_len - q_len, k_len, device=device)[None]  # [1, q]
+        q_col = q_col[..., None]  # [B|1, q, 1]
+        k_pos = cols.expand(*q_col.shape[:2], k_len)  # [B|1, q, k]
+        mask = (k_pos <= q_col) & allowed(span, q_col, k_pos)
+    empty = ~mask.any(-1, keepdim=True)  # a pad query reads nothing: let it read key 0 (no empty softmax row)
+    return mask | (empty & (torch.arange(k_len, device=device) == 0))
+
+
+# Set on a routed module while its attention weights are asked for (output_attentions): the dense path returns them.
+WEIGHTS_ATTR = "scaleformer_return_weights"
+
+
+@contextlib.contextmanager
+def returning_weights(model: torch.nn.Module, on: bool) -> Iterator[None]:
+    """While ``on``, every routed layer returns its attention weights under its span (``output_attentions``):
+    computed by the span's dense mask and an explicit softmax, ``[B, H, q, k]`` per layer, as eager attention
+    would under that mask."""
+    modules = [a for a in attention_modules(model) if hasattr(a, SPAN_ATTR)] if on else []
+    for a in modules:
+        setattr(a, WEIGHTS_ATTR, True)
+    try:
+        yield
+    finally:
+        for a in modules:
+            setattr(a, WEIGHTS_ATTR, False)
 
 
 def causal_span_forward(
@@ -168,34 +218,36 @@ def causal_span_forward(
     scaling: float | None = None,
     dropout: float = 0.0,
     **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """AttentionInterface entry of a routed layer: its span over the new queries; returns ``[B, q, H, dv]``."""
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """AttentionInterface entry of a routed layer: its span over the new queries; returns ``[B, q, H, dv]`` and,
+    while they are asked for, the attention weights ``[B, H, q, k]`` under the span (else None).
+
+    The span kinds' kernels run where the pattern needs nothing else: no mask and as many queries as keys
+    (training, scoring, a prompt), or one cached token reading the contiguous keys its span reaches. Any other
+    call (a mask, a static cache's padded keys, several new tokens after a cache) runs sdpa under
+    :func:`span_mask`, the given mask read whole; asked for its weights, the same mask by an explicit softmax."""
     span: Span = getattr(module, SPAN_ATTR)
     if key.shape[1] != query.shape[1]:
         rep = query.shape[1] // key.shape[1]
         key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)  # [B, H, k, d]
     q_len, k_len = query.shape[2], key.shape[2]
-    if attention_mask is None and q_len == k_len:  # training, scoring, a prompt: the kernels
+    weights = bool(getattr(module, WEIGHTS_ATTR, False))
+    if weights or attention_mask is not None or (q_len != k_len and (q_len != 1 or span.kind not in (
+            "full", "block", "window"))):
+        mask = span_mask(span, q_len, k_len, attention_mask, kwargs.get("position_ids"), query.device)[:, None]
+        if not weights:  # [B|1, 1, q, k]
+            out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
+            return out.transpose(1, 2).contiguous(), None
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        scores = (query @ key.transpose(-1, -2)) * scale  # [B, H, q, k]
+        probs = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        out = F.dropout(probs, dropout, training=dropout > 0) @ value  # [B, H, q, dv]
+        return out.transpose(1, 2).contiguous(), probs
+    if q_len == k_len:  # training, scoring, a prompt: the kernels
         out = span.attend(query, key, value, scaling=scaling, dropout=dropout)
-    elif attention_mask is None and q_len == 1 and span.kind in ("full", "block", "window"):
+    else:  # one cached token: the keys its span reaches are one contiguous run
         first = int(_first_key(span, torch.tensor(k_len - 1)))  # a Python int from shapes: no device sync
         out = F.scaled_dot_product_attention(query, key[:, :, first:], value[:, :, first:], dropout_p=dropout,
-                                             scale=scaling)
-    else:
-        b = query.shape[0]
-        if attention_mask is None:
-            valid = torch.ones(b, k_len, dtype=torch.bool, device=query.device)  # [B, k]
-        else:  # the last query row reads every real key up to itself: the padding, whatever the layout
-            last = attention_mask[:, 0, -1, :]
-            valid = (last == 0) if last.is_floating_point() else last.bool()  # [B, k]
-            valid = valid.expand(b, k_len)
-        k_pos = valid.long().cumsum(1) - 1  # [B, k] each key's position among its row's real tokens
-        q_pos = k_pos[:, k_len - q_len:]  # [B, q] the new tokens are the last columns
-        mask = allowed(span, q_pos, k_pos) & valid[:, None, :]  # [B, q, k]
-        own = torch.arange(k_len - q_len, k_len, device=query.device)[:, None] == \
-            torch.arange(k_len, device=query.device)[None, :]  # [q, k] each query's own column
-        mask = mask | (own & ~mask.any(-1, keepdim=True))  # a pad query reads itself: no empty softmax row
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask[:, None], dropout_p=dropout,
                                              scale=scaling)
     return out.transpose(1, 2).contiguous(), None  # [B, q, H, dv]
 

@@ -8,15 +8,8 @@ import math
 
 import pytest
 import torch
-from transformers import (
-    AutoModelForCausalLM,
-    GPT2Config,
-    GPTNeoConfig,
-    GPTNeoXConfig,
-    LlamaConfig,
-    MistralConfig,
-    Qwen2Config,
-)
+from tiny_models import CAUSAL_LAYERS, CAUSAL_VOCAB, tiny_causal
+from transformers import AutoModelForCausalLM, GPTNeoConfig
 
 from scaleformer.ops import compat
 from scaleformer.ops.causal_spans import (
@@ -30,31 +23,11 @@ from scaleformer.ops.causal_spans import (
 )
 from scaleformer.ops.spans import Span
 
-VOCAB, LAYERS = 61, 3
-SHAPES = {
-    "gpt2": lambda: GPT2Config(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, n_embd=32, n_layer=LAYERS, n_head=4, n_positions=128),
-    "gpt_neox": lambda: GPTNeoXConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=4,
-                                      intermediate_size=64, max_position_embeddings=512),
-    "llama": lambda: LlamaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=4,
-                                 num_key_value_heads=2, intermediate_size=64, max_position_embeddings=512),
-    "mistral": lambda: MistralConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=4,
-                                     num_key_value_heads=2, intermediate_size=64, sliding_window=None,
-                                     max_position_embeddings=512),
-    "qwen2": lambda: Qwen2Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=4,
-                                 num_key_value_heads=2, intermediate_size=64, max_position_embeddings=512),
-}
-
-
-def tiny(family: str, seed: int = 0, **overrides) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    conf = SHAPES[family]()
-    for k, v in overrides.items():
-        setattr(conf, k, v)
-    return AutoModelForCausalLM.from_config(conf, attn_implementation="sdpa").eval().double()
+VOCAB, LAYERS = CAUSAL_VOCAB, CAUSAL_LAYERS
 
 
 def same_weights(a: torch.nn.Module, family: str, **overrides) -> torch.nn.Module:
-    b = tiny(family, **overrides)
+    b = tiny_causal(family, **overrides)
     b.load_state_dict(a.state_dict())
     return b
 
@@ -99,7 +72,7 @@ MIXED = [Span("full"), Span("block", 8), Span("window", 5)]
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_full_spans_equal_the_stock_model_and_mixed_spans_the_reference(family):
-    model = tiny(family)
+    model = tiny_causal(family)
     x = ids(2, 40)
     with torch.no_grad():
         stock = model(x).logits
@@ -116,7 +89,7 @@ def test_full_spans_equal_the_stock_model_and_mixed_spans_the_reference(family):
 def test_no_token_reads_the_future_or_past_its_block(family):
     """Changing the tokens after t leaves every logit up to t unchanged; with all-block layers, changing the tokens
     of an earlier block leaves a later block's logits unchanged (GPT-2: positions are absolute, so equal)."""
-    model = tiny(family)
+    model = tiny_causal(family)
     route_causal_spans(model, [Span("block", 8)] * LAYERS)
     x = ids(1, 32)
     y = x.clone()
@@ -134,7 +107,7 @@ def test_no_token_reads_the_future_or_past_its_block(family):
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_a_padded_batch_reads_each_row_as_unpadded(family, side):
     """Positions count real tokens: a left-padded row is cut into the blocks of its own tokens."""
-    model = tiny(family)
+    model = tiny_causal(family)
     route_causal_spans(model, MIXED)
     long, short = ids(1, 30, 2), ids(1, 19, 3)
     pad = torch.zeros(1, 11, dtype=torch.long)
@@ -153,7 +126,7 @@ def test_a_padded_batch_reads_each_row_as_unpadded(family, side):
 def test_cached_decoding_equals_the_whole_sequence(family):
     """Greedy decoding with the cache (one token at a time: the sliced keys) gives the logits of the whole
     sequence scored at once, and a prompt continued by several tokens at once after a cache does too."""
-    model = tiny(family)
+    model = tiny_causal(family)
     route_causal_spans(model, MIXED)
     prompt = ids(1, 13)
     with torch.no_grad():
@@ -174,7 +147,7 @@ def test_the_window_span_equals_the_native_sliding_window(family):
     span = Span("window", sw - 1)
     assert native_window(span)["sliding_window"] == sw
     extra = {"use_sliding_window": True, "max_window_layers": 0} if family == "qwen2" else {}
-    native = tiny(family, sliding_window=sw, layer_types=["sliding_attention"] * LAYERS, **extra)
+    native = tiny_causal(family, sliding_window=sw, layer_types=["sliding_attention"] * LAYERS, **extra)
     ours = same_weights(native, family)
     route_causal_spans(ours, [span] * LAYERS)
     x = ids(2, 30)
@@ -189,7 +162,7 @@ def test_the_window_span_equals_the_native_sliding_window(family):
 def test_routing_replaces_the_backbones_own_local_layers():
     """A backbone whose config makes layers local runs the method's spans instead (full here: the stock model
     of all full layers)."""
-    native = tiny("qwen2", sliding_window=4, use_sliding_window=True, max_window_layers=0,
+    native = tiny_causal("qwen2", sliding_window=4, use_sliding_window=True, max_window_layers=0,
                   layer_types=["sliding_attention"] * LAYERS)
     full = same_weights(native, "qwen2")
     route_causal_spans(native, [Span("full")] * LAYERS)
@@ -213,7 +186,7 @@ def test_gpt_neo_local_layers_are_the_window_pattern_and_gpt_neo_is_refused():
 
 
 def test_gpt2_positions_are_duplicated_as_the_paper_does():
-    model = tiny("gpt2")
+    model = tiny_causal("gpt2")
     table = model.transformer.wpe.weight.detach().clone()  # [128, 32]
     x = ids(1, 100)
     with torch.no_grad():
@@ -227,7 +200,7 @@ def test_gpt2_positions_are_duplicated_as_the_paper_does():
     with torch.no_grad():
         torch.testing.assert_close(model(x).logits, before)  # the first 128 positions are the pretrained ones
         assert model(ids(1, 300)).logits.shape == (1, 300, VOCAB)
-    assert not extend_positions(tiny("llama"), 4096)  # rotary: nothing to duplicate
+    assert not extend_positions(tiny_causal("llama"), 4096)  # rotary: nothing to duplicate
 
 
 def test_the_block_and_window_layers_build_no_dense_mask(monkeypatch):
@@ -238,7 +211,7 @@ def test_the_block_and_window_layers_build_no_dense_mask(monkeypatch):
         raise AssertionError("a dense mask was built")
 
     monkeypatch.setattr(causal_spans, "allowed", dense)
-    model = tiny("gpt2")
+    model = tiny_causal("gpt2")
     route_causal_spans(model, MIXED)
     with torch.no_grad():
         assert model(ids(2, 64)).logits.shape == (2, 64, VOCAB)
