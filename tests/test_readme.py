@@ -97,6 +97,8 @@ COVERAGE: list[tuple[str, str, str]] = [
     (r"scripts/hf_trainer\.py --output /tmp/hf-run$", "test",
      "tests/model/test_hf_trainer.py::test_the_example_script_trains_offline_and_saves_an_auto_loadable_model"),
     (r"scripts/hf_trainer\.py --model facebook/", "gpu", "bart-base from the hub, 2,000 steps"),
+    (r"^scaleformer lm-eval --model hf ", "test",
+     "tests/cli/test_lm_eval.py::test_the_command_line_loads_an_export_and_its_perplexity_is_the_projects"),
     (r"^\.venv/bin/scaleformer compare ", "test",
      "tests/metrics/test_stats.py::test_compare_reports_a_known_difference_and_refuses_unpaired_runs"),
     (r"^\.venv/bin/scaleformer (summarize|score) ", "run", "test_readme_summarize_and_score_commands"),

@@ -7,6 +7,7 @@
     scaleformer reproduce table1 --profile tiny   the paper's tables and figure
     scaleformer bench --profile cpu-tiny     speed, memory and scaling of every method
     scaleformer push --model DIR --repo org/name   publish an exported model (opt-in)
+    scaleformer lm-eval --model hf --model_args pretrained=DIR ...   lm-evaluation-harness on an export
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ COMMANDS = {
     "reproduce": ("scaleformer.cli.reproduce", "regenerate a table or figure of the paper"),
     "bench": ("scaleformer.bench.cli", "benchmark the methods' speed and memory"),
     "push": ("scaleformer.cli.push", "publish an exported model to the Hugging Face Hub"),
+    "lm-eval": ("scaleformer.cli.lm_eval", "lm-evaluation-harness on an export (its own command line)"),
 }
 
 
@@ -68,5 +70,6 @@ def alias(name: str) -> Callable[[], int]:
 
 
 # console aliases: scaleformer-train, ... (module names stay free for the commands themselves)
-run_train, run_summarize, run_score, run_compare, run_reproduce, run_bench, run_push = (alias(n) for n in COMMANDS)
+run_train, run_summarize, run_score, run_compare, run_reproduce, run_bench, run_push, run_lm_eval = (
+    alias(n) for n in COMMANDS)
 
