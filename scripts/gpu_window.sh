@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # bash scripts/gpu_window.sh OUT [SECONDS]   (on a lent GPU machine: make gpu-check's tier, then make gpu-perf)
 #
-# One short GPU window as one call: the gpu tier (make gpu-check, benchmark skipped), then table1's
-# training cells off and on and the generation rows (scripts/gpu_perf.py) in what is left of SECONDS
-# (default 500), everything packed into OUT/window.tgz (the runs' records without weights) plus
-# OUT/gpu-perf.md, so a window that ends early still brings back every cell and row it measured.
+# One short GPU window as one call: the gpu tier (make gpu-check, benchmark skipped), then MASFormer's patterns
+# at the paper's shape (python -m scaleformer.bench.gpu_masformer: a training step and a cached token of full,
+# block n/8, l = L/6 and L/3 at n = 8,192 on Pythia-1.4B's shape, beside the counted bill's peak; at most
+# GPU_WINDOW_MASFORMER_S, default 240), then table1's training cells off and on and the generation rows
+# (scripts/gpu_perf.py) in what is left of SECONDS (default 500), everything packed into OUT/window.tgz (the runs'
+# records without weights) plus OUT/gpu-perf.md and OUT/masformer.md, so a window that ends early still brings back
+# every cell and row it measured.
 set -u
 out=${1:?usage: bash scripts/gpu_window.sh OUT [SECONDS]}
 total=${2:-500}
@@ -18,8 +21,12 @@ export PYTHONUNBUFFERED=1
 tier=$([ "${GPU_WINDOW_TIER:-1}" = 0 ] && echo " --skip-tier")
 make gpu-check DIR="$work/gpu-check" GPU_CHECK_ARGS="--skip-bench$tier" >"$work/gpu-check.log" 2>&1
 echo "gpu-check: exit $?"; tail -n 4 "$work/gpu-check/summary.md" 2>/dev/null | cut -c1-300
-left=$(( total - ($(date +%s) - start) ))
 py=.venv-gpu/bin/python; [ -x "$py" ] || py=python3
+mkdir -p "$work/masformer"
+timeout "${GPU_WINDOW_MASFORMER_S:-240}" "$py" -m scaleformer.bench.gpu_masformer --out "$work/masformer/masformer" \
+  >"$work/masformer.log" 2>&1
+echo "masformer: exit $? after $(( $(date +%s) - start )) s"; tail -n 8 "$work/masformer.log" | cut -c1-300
+left=$(( total - ($(date +%s) - start) ))
 # the GPU's clocks, power, temperature and use 4 times a second while the cells run (OUT/window.tgz:
 # nvidia-smi.csv): a slow micro-batch's ended_at (unix time) finds the clock it ran at, NVML or not
 smi=""
@@ -37,5 +44,5 @@ echo "gpu-perf: exit $? after $(( $(date +%s) - start )) s"
 tail -n 50 "$work/gpu-perf.log" | cut -c1-400
 mkdir -p "$out"
 tar czf "$out/window.tgz" -C "$work" --exclude='*.ckpt' --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' .
-cp "$work/gpu-perf/gpu-perf.md" "$out/" 2>/dev/null
+cp "$work/gpu-perf/gpu-perf.md" "$work/masformer/masformer.md" "$out/" 2>/dev/null
 ls -la "$out"

@@ -221,7 +221,7 @@ def _table1_bill(tmp: Path) -> None:
 
 
 def bill_shape_without_vocab(tmp: Path, _: Path | None) -> Any:
-    from scaleformer.artifacts.masformer_bill import parameters
+    from scaleformer.bench.gpt_shape import parameters
 
     return parameters({"layers": 24, "width": 2048, "heads": 16, "positions": 2048})
 

@@ -50,6 +50,7 @@ from scaleformer.artifacts.grid import (
     resolve_run_ids,
     row_continual,
 )
+from scaleformer.bench.gpt_shape import parameters, training_flops
 from scaleformer.compose import compose_config
 from scaleformer.io import atomic_write_text
 from scaleformer.methods import build_method, method_config
@@ -61,19 +62,6 @@ from scaleformer.runs.sharding import world_size
 
 H100_BF16_DENSE = 989.4e12  # FLOP/s, as scaleformer.artifacts.bill prices counted FLOPs
 H100_HBM = 3.35e12  # B/s, an H100 SXM's HBM3 (NVIDIA's datasheet)
-
-
-def parameters(shape: dict[str, Any]) -> dict[str, int]:
-    """A GPT-NeoX/GPT-3 shape's parameters: the layers' (attention 4 d^2 + 4 d, MLP 8 d^2 + 5 d, two norms 4 d), the
-    final norm, the embeddings (untied: input and output)."""
-    missing = [k for k in ("layers", "width", "vocab") if k not in shape]
-    if missing:
-        raise ValueError(f"the bill's model shape {shape!r}: has no {', '.join(missing)} (a shape names layers, width, "
-                         "heads, positions and vocab)")
-    L, d, V = int(shape["layers"]), int(shape["width"]), int(shape["vocab"])
-    layers = L * (12 * d * d + 13 * d) + 2 * d
-    embeddings = V * d * (1 if shape.get("tied") else 2)
-    return {"layers": layers, "embeddings": embeddings, "total": layers + embeddings}
 
 
 def layer_spans(rc: Any, shape: dict[str, Any]) -> list[Any]:
@@ -109,16 +97,14 @@ def generation_bill(rc: Any, shape: dict[str, Any], docs: int) -> dict[str, Any]
 
 def cell_bill(rc: Any, shape: dict[str, Any]) -> dict[str, Any]:
     """One cell's tokens, attended pairs, FLOPs and floor hours."""
-    d, V = int(shape["width"]), int(shape["vocab"])
     n, spans = int(rc.method.max_length), layer_spans(rc, shape)
     t = rc.trainer
     batch = int(rc.data.batch_size) * int(t.accumulate_grad_batches) * world_size(
         t.accelerator, t.devices, int(t.extra.get("num_nodes", 1) or 1))
     sequences = int(t.max_steps) * batch
-    pairs = counted_cost(spans, n)  # per sequence, all layers
     head = n if rc.data.task_metric == "perplexity" else min(n, int(rc.data.max_target_tokens) + 1)
-    matmul = 6 * n * parameters(shape)["layers"] + 6 * head * V * d
-    attention = 12 * d * pairs
+    per = training_flops(shape, spans, n, head)  # per sequence, all layers
+    pairs, matmul, attention = per["pairs"], per["matmul"], per["attention"]
     flops = sequences * (matmul + attention)
     return {"n": n, "sequences": sequences, "tokens": sequences * n, "head_positions": head,
             "cost_paper": paper_cost(spans, n),
