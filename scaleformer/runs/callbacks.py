@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, TQDMProgressBar
 
 from scaleformer.config import BertScoreConfig, MetricsConfig
@@ -154,14 +155,10 @@ class StepProgressBar(TQDMProgressBar):
     def train_description(self) -> str:
         return "train (steps)"
 
-    @property
-    def predict_description(self) -> str:
-        return "generate"
-
     def on_predict_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                                batch_idx: int, dataloader_idx: int = 0) -> None:
         super().on_predict_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
-        self.predict_progress_bar.set_description(self.predict_description)  # not "... DataLoader 0"
+        self.predict_progress_bar.set_description(predict_label(pl_module))  # not "... DataLoader 0"
 
     def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
         bar = self.train_progress_bar
@@ -183,9 +180,16 @@ class StepProgressBar(TQDMProgressBar):
         return items
 
 
+def predict_label(pl_module: Any) -> str:
+    """What an evaluation pass does: a language model's scores perplexity, a summarizer's generates."""
+    return "perplexity" if getattr(pl_module, "task", None) == "language_modeling" else "generate"
+
+
 class LogProgress(ProgressBar):
     """Training and generation progress as plain lines, about every tenth: for logs, CI and SLURM output,
-    where each redraw of a bar would become a line of its own."""
+    where each redraw of a bar would become a line of its own. A training line shows the mean loss of the
+    micro-batches since the line before (summed on the device, read once a line: no sync a step), not the last
+    logged value, which repeats between logging steps."""
 
     def __init__(self, every: float = 0.1) -> None:
         super().__init__()
@@ -194,6 +198,8 @@ class LogProgress(ProgressBar):
         self._train: Lines | None = None
         self._predict: Lines | None = None
         self._predicted = 0
+        self._loss_sum: Any = None  # the micro-batches' losses since the last line, on the device
+        self._loss_n = 0
 
     def disable(self) -> None:  # Lightning disables the bar on every rank but 0
         self._enabled = False
@@ -211,14 +217,22 @@ class LogProgress(ProgressBar):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if self._enabled and isinstance(loss, torch.Tensor):
+            loss = loss.detach().float()
+            self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
+            self._loss_n += 1
         if self._train is None or not self._enabled or not self._train.due(trainer.global_step):
             return  # the loss is read (a device sync on a GPU) only for the lines that are printed
-        loss = trainer.progress_bar_metrics.get("train/loss")
-        self._train.update(trainer.global_step, f"loss {float(loss):.4g}" if loss is not None else "")
+        detail = ""
+        if self._loss_n:
+            detail = f"loss {float(self._loss_sum) / self._loss_n:.4g} (mean of {self._loss_n} micro-batches)"
+            self._loss_sum, self._loss_n = None, 0
+        self._train.update(trainer.global_step, detail)
 
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         total = sum(n for n in trainer.num_predict_batches if n != float("inf"))
-        self._predict, self._predicted = Lines("generate", int(total), "batch", every=self.every), 0
+        self._predict, self._predicted = Lines(predict_label(pl_module), int(total), "batch", every=self.every), 0
 
     def on_predict_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                              batch_idx: int, dataloader_idx: int = 0) -> None:
