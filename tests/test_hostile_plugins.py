@@ -124,7 +124,7 @@ def same_definition_twice(tmp: Path, _: Path | None) -> None:
 
 
 def requires_unknown_patch(tmp: Path, _: Path | None) -> Any:
-    """A method whose ``requires`` names a patch compat.PATCHES does not register, built as a run does."""
+    """A method whose ``requires`` names a patch patches.PATCHES does not register, built as a run does."""
     from dataclasses import dataclass
 
     from scaleformer.methods import REGISTRY, build_method, method_config

@@ -18,7 +18,7 @@ import torch
 from omegaconf import MISSING
 
 from scaleformer.errors import ConfigError
-from scaleformer.ops import compat
+from scaleformer.ops import patches
 from scaleformer.registry import claim
 
 if TYPE_CHECKING:  # methods read a spec, model/ builds it (scaleformer.model.spec)
@@ -70,7 +70,7 @@ class Method(ABC):
 
     name: ClassVar[str]
     Config: ClassVar[type[MethodConfig]] = MethodConfig
-    # Patches of transformers internals the method cannot exist without (names in compat.PATCHES):
+    # Patches of transformers internals the method cannot exist without (names in patches.PATCHES):
     # checked when the method is built, before any data or weights.
     requires: ClassVar[tuple[str, ...]] = ()
     # Settings that fit the test backbones (128 positions, 2 layers, d_model 32): the decoding, GPU and
@@ -88,7 +88,7 @@ class Method(ABC):
     def __init__(self, cfg: MethodConfig, spec: BackboneSpec) -> None:
         self.cfg = cfg
         self.spec = spec
-        compat.require(self.requires, f"method={cfg.name}")
+        patches.require(self.requires, f"method={cfg.name}")
         if getattr(spec, "decoder_only", False) and not self.runs_decoder_only:
             able = ", ".join(sorted(n for n, c in REGISTRY.items() if c.runs_decoder_only))
             raise ConfigError(f"method.name={cfg.name!r} reads the input with an encoder, and the backbone is a "

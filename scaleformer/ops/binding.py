@@ -106,7 +106,7 @@ def first_output(out: Any) -> torch.Tensor:
 
 
 def clear() -> None:
-    """Forget the cached signatures (tests that swap a stock class's methods call this via compat.reset)."""
+    """Forget the cached signatures (tests that swap a stock class's methods call this via patches.reset)."""
     _signature.cache_clear()
     _signature_object.cache_clear()
     _call_names.cache_clear()

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutput
 
-from scaleformer.ops import compat, static_decoding
+from scaleformer.ops import compat, patches, static_decoding
 from scaleformer.ops.compat import (
     BART_ROLES,
     T5_ROLES,
@@ -206,7 +206,7 @@ def share_cross_attention(model: nn.Module) -> list[nn.Module] | None:
         return None
     if not any(isinstance(m, tuple(SHARED)) for m in model.get_decoder().modules()):
         return None  # another architecture: nothing to share, nothing to say
-    if not compat.enabled("beam_shared_cross_attention"):
+    if not patches.enabled("beam_shared_cross_attention"):
         return None
     mods = [m for name, m in model.get_decoder().named_modules()
             if name.endswith((".encoder_attn", ".EncDecAttention"))]

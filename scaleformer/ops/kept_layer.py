@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from scaleformer.ops import compat
+from scaleformer.ops import compat, patches
 from scaleformer.ops.spans import encoder_family, encoder_layers
 
 Pick = tuple[torch.Tensor | None, torch.Tensor]  # (row indices [Q] or None = every row, positions [Q, G])
@@ -115,7 +115,7 @@ def encode_at(encoder: nn.Module, ids: torch.Tensor, mask: torch.Tensor, picks: 
         return full_then_gather(encoder, ids, mask, picks)
     family = encoder_family(encoder)
     layer = encoder_layers(encoder)[-1]
-    if not compat.enabled("kept_layer") or not _fits(family, encoder, layer):
+    if not patches.enabled("kept_layer") or not _fits(family, encoder, layer):
         return full_then_gather(encoder, ids, mask, picks)
     handle = layer.register_forward_pre_hook(_stop, with_kwargs=True)
     try:

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from scaleformer.errors import ConfigError
-from scaleformer.ops import compat
+from scaleformer.ops import compat, patches
 from scaleformer.ops.compat import BART_ROLES, T5_ROLES, BartAttention, EncoderDecoderCache, T5Attention
 from scaleformer.ops.decoding import (
     SharedBartAttention,
@@ -348,7 +348,7 @@ _PATCHED = {BartAttention: RetrievalBartAttention, T5Attention: RetrievalT5Atten
 def cross_attentions(model: nn.Module, method: str) -> list[nn.Module]:
     """The decoder's cross-attention modules in layer order; ConfigError for other architectures and for
     a transformers release whose attention the seam does not recognise."""
-    compat.require(["retrieval_layers"], f"method={method}")
+    patches.require(["retrieval_layers"], f"method={method}")
     impl = compat.attn_impl(model)
     if "flex" in impl:
         raise ConfigError(f"backbone.attn_implementation={impl!r}: method={method} needs a tensor encoder "

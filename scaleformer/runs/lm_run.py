@@ -29,7 +29,7 @@ from scaleformer.io import atomic_write_jsonl, atomic_write_text
 from scaleformer.metrics.perplexity import perplexity
 from scaleformer.model.backbone import build_model
 from scaleformer.model.backbone import prepare as prepare_backbone
-from scaleformer.ops import compat
+from scaleformer.ops import compat, patches
 from scaleformer.resources import package_changes, package_commit
 from scaleformer.runs import checkpoints, runtime, sharding, wandb_logger
 from scaleformer.runs.callbacks import ExactResume, log_metrics
@@ -137,7 +137,7 @@ def execute_lm(ctx: RunContext, ckpt: Path | None, attempt: Any) -> dict[str, An
         selection=selection, train_time_s=round(train_time, 2),
         wall_time_s=round(time.time() - ctx.started, 2),
         versions={d: compat.installed(d) for d in ("torch", "transformers", "lightning")},
-        patches=compat.report(), splits=splits, validation=validation_record(rc.trainer),
+        patches=patches.report(), splits=splits, validation=validation_record(rc.trainer),
         eval_batch_size=rc.data.eval_batch_size or rc.data.batch_size)
     config_text = OmegaConf.to_yaml(OmegaConf.create(safe_config))
     atomic_write_text(ctx.run_dir / "config.yaml", config_text)

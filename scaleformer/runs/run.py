@@ -37,7 +37,7 @@ from scaleformer.metrics.buckets import by_length
 from scaleformer.model import hub
 from scaleformer.model.backbone import build_model, decoder_only
 from scaleformer.model.backbone import prepare as prepare_backbone
-from scaleformer.ops import compat
+from scaleformer.ops import compat, patches
 from scaleformer.resources import package_changes, package_commit
 from scaleformer.runs import checkpoints, context, identity, runtime, wandb_logger
 from scaleformer.runs.callbacks import ExactResume, log_metrics
@@ -168,7 +168,7 @@ def _execute(ctx: RunContext, ckpt: Path | None, attempt: Attempt) -> dict[str, 
         world_size=int(parts.trainer.world_size), seed=ctx.cfg.seed, train_steps=last, selection=selection,
         train_time_s=round(train_time, 2), wall_time_s=round(time.time() - ctx.started, 2),
         versions={d: compat.installed(d) for d in ("torch", "transformers", "lightning")},
-        patches=compat.report(), splits=splits,
+        patches=patches.report(), splits=splits,
         cost=parts.cost.record(str(parts.trainer.precision)) if parts.cost else {},
         validation=validation_record(ctx.cfg.trainer), eval_batch_size=parts.dm.eval_batch_size,
         micro_batch=parts.micro_batch)

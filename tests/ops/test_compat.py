@@ -22,16 +22,16 @@ from tiny_models import batch, tiny
 
 from scaleformer.errors import ConfigError
 from scaleformer.methods import build_method, method_config
-from scaleformer.ops import compat, decoding, kept_layer
+from scaleformer.ops import compat, decoding, kept_layer, patches
 
 pytestmark = pytest.mark.compat  # run on other transformers releases by `make test-compat`
 
 
 @pytest.fixture
 def fresh_seam():
-    compat.reset()
+    patches.reset()
     yield
-    compat.reset()
+    patches.reset()
 
 
 def _renamed_attention(monkeypatch) -> None:
@@ -47,7 +47,7 @@ def _renamed_attention(monkeypatch) -> None:
             return _orig(self, hidden_states, key_value_states=encoder_states, **{_cache: kv_store}, **kwargs)
 
         monkeypatch.setattr(cls, "forward", future)
-    compat.reset()
+    patches.reset()
 
 
 def test_reading_a_methods_signature_keeps_no_instance_alive():
@@ -93,7 +93,7 @@ def test_bind_reads_arguments_by_their_installed_names(fresh_seam):
 
 def test_installed_release_fits_every_patch(fresh_seam):
     """On the compat tier's releases too: a patch turned off there is drift CI must report."""
-    assert {n: compat.mismatch(n) for n in compat.PATCHES} == dict.fromkeys(compat.PATCHES)
+    assert {n: patches.mismatch(n) for n in patches.PATCHES} == dict.fromkeys(patches.PATCHES)
 
 
 @pytest.mark.parametrize("arch", ["bart", "t5"])
@@ -121,7 +121,7 @@ def test_retrieval_method_stops_at_start_up_with_one_line(monkeypatch, fresh_sea
         build_method(method_config({"name": name}), spec)
     msg = str(e.value)
     assert "\n" not in msg and f"method={name}" in msg
-    assert compat.installed("transformers") in msg and compat.tested_range() in msg
+    assert compat.installed("transformers") in msg and patches.tested_range() in msg
 
 
 def test_unknown_layer_signature_turns_the_kept_layer_off_and_stops_span_methods(monkeypatch, caplog, fresh_seam):
@@ -136,7 +136,7 @@ def test_unknown_layer_signature_turns_the_kept_layer_off_and_stops_span_methods
             return orig(self, hidden_states, mask, rel_bias, *rest, **kwargs)
 
         monkeypatch.setattr(compat.T5Block, "forward", future)
-        compat.reset()
+        patches.reset()
         with caplog.at_level(logging.WARNING, logger="scaleformer"):
             got = kept_layer.encode_at(model.get_encoder(), ids, mask, [(None, pos)])[0]
     assert torch.equal(got, want)
@@ -200,7 +200,7 @@ def _lock() -> dict[str, str]:
 def test_pyproject_lower_bounds_and_the_lock_agree_with_the_tested_range():
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     tf = next(d for d in deps if d.startswith("transformers"))
-    lo, hi = compat.TESTED["transformers"]
+    lo, hi = patches.TESTED["transformers"]
     assert Requirement(tf).specifier.contains(lo) and not Requirement(tf).specifier.contains(
         str(Version(lo).release[0]) + "." + str(Version(lo).release[1] - 1)), (tf, lo)
     pins = _lock()
@@ -216,13 +216,13 @@ def test_a_patch_registered_from_elsewhere_is_required_and_reported_like_the_bui
     """A method of another package registers its own patch; a misfit stops the method at start-up."""
     from scaleformer.errors import ConfigError
 
-    compat.PATCHES["plugin_test_patch"] = compat.Patch("plugin_test_patch", "a plugin's layer swap", False,
+    patches.PATCHES["plugin_test_patch"] = patches.Patch("plugin_test_patch", "a plugin's layer swap", False,
                                                        lambda: "it has no PluginLayer")
     try:
-        compat.reset()
-        assert compat.report()["plugin_test_patch"] == "off: it has no PluginLayer"
+        patches.reset()
+        assert patches.report()["plugin_test_patch"] == "off: it has no PluginLayer"
         with pytest.raises(ConfigError, match=r"method\.name=plugin needs a plugin's layer swap.*no PluginLayer"):
-            compat.require(["plugin_test_patch"], "method.name=plugin")
+            patches.require(["plugin_test_patch"], "method.name=plugin")
     finally:
-        compat.PATCHES.pop("plugin_test_patch")
-        compat.reset()
+        patches.PATCHES.pop("plugin_test_patch")
+        patches.reset()
