@@ -3,7 +3,7 @@
     python scripts/restate_costs.py --previous-commit 019ad5d   # results/dryrun/*.{md,json} and bill.{md,json}
 
 The tables' measurements stay; their plans (epochs, validations, evaluation documents) and training lengths
-become the current config's (scaleformer/artifacts/cost_restate.py). The bill (scaleformer/artifacts/bill.py)
+become the current config's (scaleformer/costs/restate.py). The bill (scaleformer/costs/bill.py)
 reads the restated tables and the newest gpu-perf window. ``--previous-commit``: the commit whose committed GPU
 table the bill compares against (read with ``git show``), so the comparison's numbers come from a file too.
 """
@@ -20,9 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scaleformer.artifacts import bill, cost_restate  # noqa: E402
-from scaleformer.artifacts.costs import cost_table_paths  # noqa: E402
 from scaleformer.artifacts.grid import load_spec  # noqa: E402
+from scaleformer.costs import bill  # noqa: E402
+from scaleformer.costs import restate as cost_restate  # noqa: E402
+from scaleformer.costs.table import cost_table_paths  # noqa: E402
 from scaleformer.errors import ConfigError, UserError  # noqa: E402
 from scaleformer.io import atomic_write_bytes  # noqa: E402
 from scaleformer.resources import experiments_dir, package_commit  # noqa: E402

@@ -177,7 +177,7 @@ def _results(cost: dict[str, Any]) -> Any:
 def single_step(warmup: dict[str, Any] | None = None, **timed: Any) -> Trigger:
     """A single-step record (warm-up, then one timed step) read as the cost table reads it."""
     def trigger(tmp: Path, _: Path | None) -> Any:
-        from scaleformer.artifacts import costs
+        from scaleformer.costs import table as costs
 
         step = _step(**timed)
         for k in [k for k, v in timed.items() if v is KeyError]:
@@ -189,7 +189,7 @@ def single_step(warmup: dict[str, Any] | None = None, **timed: Any) -> Trigger:
 def steady(edit: Callable[[dict[str, Any]], None]) -> Trigger:
     """The hand-made steady-state record of tests/cost_records.py with one field changed."""
     def trigger(tmp: Path, _: Path | None) -> Any:
-        from scaleformer.artifacts import costs
+        from scaleformer.costs import table as costs
 
         rec = record()
         edit(rec)
@@ -214,7 +214,8 @@ def _cells_and_results(with_record: bool) -> tuple[dict[str, Any], list[Any], An
 def not_measured(with_record: bool) -> Trigger:
     """The cell stays in the table as "not measured", naming its run, and the total is unknown."""
     def trigger(tmp: Path, _: Path | None) -> None:
-        from scaleformer.artifacts import cost_report, costs
+        from scaleformer.costs import report as cost_report
+        from scaleformer.costs import table as costs
 
         spec, cells, got = _cells_and_results(with_record)
         rows = costs.cost_rows(spec, "dryrun", cells, got)
@@ -231,8 +232,8 @@ def not_measured(with_record: bool) -> Trigger:
 
 def bad_record_through_reproduce(tmp: Path, _: Path | None) -> Any:
     """`reproduce --profile dryrun --render-only` whose cost table meets a bad record: one line, no traceback."""
-    from scaleformer.artifacts import costs
     from scaleformer.cli import reproduce
+    from scaleformer.costs import table as costs
 
     def build_costs(*a: Any, **k: Any) -> dict[str, Path]:
         costs.measured(_results({"train_steps": [_step(9.0), _step(float("nan"))]}), run="table1-cell-7")
@@ -343,7 +344,7 @@ def test_the_table_has_one_row_per_case_and_both_outcomes() -> None:
 def test_a_valid_record_still_reads_and_a_complete_table_still_totals() -> None:
     """The checks refuse only what is wrong: the hand-made steady-state record and a single-step one read
     as before, and a table whose every cell was measured has a known total."""
-    from scaleformer.artifacts import costs
+    from scaleformer.costs import table as costs
 
     assert costs.measured(_results(record()))["step_s"] > 0
     assert costs.measured(_results({"train_steps": [_step(9.0), _step()]}))["step_s"] > 0

@@ -49,7 +49,7 @@ def restate(target: str, cut: str | None = None) -> Any:
 
 def gpu_perf(*args: str, earlier: bool = False, file: bool = False) -> Any:
     def trigger(tmp: Path, _: Path | None) -> Any:
-        from scaleformer.artifacts import gpu_perf as gp
+        from scaleformer.costs import gpu_perf as gp
 
         out = tmp / "out"
         if earlier:
@@ -133,7 +133,7 @@ def _two_lengths(t_long: float, t_short: float, short_tokens: int = 2000) -> dic
 def cost_fallbacks(tmp: Path, _: Path | None) -> None:
     """A line that cannot be read (a negative slope, lengths too close) gives way to the one-length model, said;
     no step time comes out negative, zero or NaN, and a table never totals one."""
-    from scaleformer.artifacts import costs
+    from scaleformer.costs import table as costs
     from scaleformer.runs import cost_fit
 
     for rec, why in ((_two_lengths(1.0, 1.1), "slope is negative"), (_two_lengths(1.0, 0.99, 3999), "too close")):
@@ -149,7 +149,7 @@ def cost_fallbacks(tmp: Path, _: Path | None) -> None:
 
 def bad_record(change: Any) -> Any:
     def trigger(tmp: Path, _: Path | None) -> Any:
-        from scaleformer.artifacts import costs
+        from scaleformer.costs import table as costs
         from scaleformer.runs.results import Results
 
         rec = record()

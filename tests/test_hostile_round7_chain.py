@@ -203,7 +203,7 @@ def edited_table(artifact: str, file: str, field: str, change: Any) -> Any:
 def bill(change: Any) -> Any:
     """``counted_floor`` (what a paper launch quotes) of a changed copy of a committed bill."""
     def trigger(tmp: Path, _: Path | None) -> Any:
-        from scaleformer.artifacts.masformer_bill import counted_floor
+        from scaleformer.costs.counted_bill import counted_floor
 
         change(tmp)
         return counted_floor("masformer_table2", tmp)

@@ -34,6 +34,7 @@ LAYERS = [
     {"export"},
     {"runs", "bench"},
     {"artifacts"},
+    {"costs"},  # what a profile costs: prices the artifacts' grids, read by the commands and scripts/ only
     {"cli"},
 ]
 TOP_LEVEL_MODULES = {"__init__", "errors", "io", "progress", "registry", "resources", "compose"}

@@ -1,5 +1,5 @@
 """The parameters and training FLOPs of a GPT-NeoX / GPT-3 shape under causal spans: what MASFormer's counted bill
-prices (:mod:`scaleformer.artifacts.masformer_bill`) and what the GPU bench divides by measured time
+prices (:mod:`scaleformer.costs.counted_bill`) and what the GPU bench divides by measured time
 (:mod:`scaleformer.bench.gpu_masformer`), one formula for both.
 
 A shape is ``{layers, width, vocab, tied, positions}`` (Pythia-1.4B: 24, 2,048, 50,304, untied, 2,048). Its layers

@@ -29,12 +29,13 @@ from transformers import AutoModelForCausalLM, GPTNeoXConfig
 
 from scaleformer.bench.gpt_shape import PYTHIA_1_4B, parameters, training_flops
 from scaleformer.io import atomic_write_json, atomic_write_text
+from scaleformer.ops import compat
 from scaleformer.ops.causal_spans import route_causal_spans
 from scaleformer.ops.measure import MemoryProbe, matmul_peak, timed_runs
 from scaleformer.ops.span_cost import counted_cost
 from scaleformer.ops.spans import Span
 
-H100_BF16_DENSE = 989.4e12  # FLOP/s: the peak the counted bill prices at (scaleformer.artifacts.masformer_bill)
+H100_BF16_DENSE = 989.4e12  # FLOP/s: the peak the counted bill prices at (scaleformer.costs.counted_bill)
 
 
 def patterns(layers: int, n: int) -> list[tuple[str, list[Span]]]:
@@ -91,7 +92,7 @@ def measure_pattern(label: str, spans: list[Span], shape: dict[str, Any], n: int
 
         def token() -> None:
             model(input_ids=last, past_key_values=cache, use_cache=True)
-            cache.crop(-1)  # the next call decodes the same position again
+            compat.crop_cache(cache, n - 1)  # the next call decodes the same position again
 
         token()
         base = probe.start()

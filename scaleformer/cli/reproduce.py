@@ -19,16 +19,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from scaleformer.artifacts.cost_figure import build_cost_figure
-from scaleformer.artifacts.cost_report import build_costs
-from scaleformer.artifacts.costs import paper_estimate
 from scaleformer.artifacts.figures import build_figure
 from scaleformer.artifacts.grid import load_spec, select_methods
 from scaleformer.artifacts.gridrun import launch, run_grid
-from scaleformer.artifacts.masformer_bill import build_bill, counted_floor
+from scaleformer.artifacts.metric_by_cost import build_cost_figure
 from scaleformer.artifacts.perplexity_figure import build_perplexity_figure
 from scaleformer.artifacts.perplexity_tables import build_perplexity
 from scaleformer.artifacts.tables import build_table
+from scaleformer.costs.counted_bill import build_bill, counted_floor
+from scaleformer.costs.report import build_costs
+from scaleformer.costs.table import paper_estimate
 from scaleformer.errors import UserError
 from scaleformer.ops.host_memory import keep_freed_memory
 from scaleformer.resources import experiments_dir

@@ -1,7 +1,7 @@
 """The paper profile's bill on one GPU, per artifact, under its current recipe, from the committed dry runs.
 
-Each dry-run cell (``results/dryrun/<artifact>.json``, restated under the recipe: :mod:`scaleformer.artifacts.
-cost_restate`) carries its plan (epochs x training rows, validations x documents, evaluation documents) and what
+Each dry-run cell (``results/dryrun/<artifact>.json``, restated under the recipe: :mod:`scaleformer.costs.restate`)
+carries its plan (epochs x training rows, validations x documents, evaluation documents) and what
 it measured. On one GPU:
 
 - a training micro-batch costs what a GPU measured for the cell: its steady-state fit where a ``make gpu-perf``
@@ -25,9 +25,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from scaleformer.artifacts.cost_restate import at_training_length
-from scaleformer.artifacts.costs import RANGE_BASIS, paper_cells, paper_plan
 from scaleformer.artifacts.grid import check_profile, load_spec
+from scaleformer.costs.plan import paper_cells, paper_plan
+from scaleformer.costs.restate import at_training_length
+from scaleformer.costs.table import RANGE_BASIS
 from scaleformer.io import atomic_write_json, atomic_write_text
 from scaleformer.resources import experiments_dir
 
@@ -179,7 +180,7 @@ def render(bill: dict[str, Any]) -> str:
 
 BASIS = ("Under the paper profile's recipe (docs/reproducing.md): per cell, its micro-batches (epochs x training rows), "
          "its validation documents (twice an epoch) and its evaluation documents (validation + test) times what a "
-         "micro-batch and a generated document cost on one GPU, scaleformer/artifacts/bill.py says from what. Ranges: "
+         "micro-batch and a generated document cost on one GPU, scaleformer/costs/bill.py says from what. Ranges: "
          "training read from counted FLOPs at 1-5% of an H100's dense bf16 peak. Upper bounds: early stopping (10 "
          "validations without a better score) can only end a run sooner. One GPU, nothing in parallel.")
 
@@ -196,7 +197,7 @@ def booksum_line(bill: dict[str, Any]) -> str:
     return text + (f", against {prev['booksum_h']:,.0f} h ({prev['booksum_train_h']:,.0f} h training) before." if prev else ".")
 
 
-def _bases(cells: list[dict[str, Any]], key: str) -> str:
+def basis_counts(cells: list[dict[str, Any]], key: str) -> str:
     """The distinct bases of an artifact's cells, each with how many cells rest on it, the commonest first."""
     counts: dict[str, int] = {}
     for c in cells:
@@ -213,7 +214,7 @@ def readme_summary(bill: dict[str, Any], link: str) -> str:
             "| generation from |", "|---|---|---|---|---|---|---|---|"]
     for a in bill["artifacts"]:
         rows.append(f"| {a['artifact']} | {a['runs']} | {_h(a['train_h'])} | {_h(a['val_h'])} | {_h(a['eval_h'])} "
-                    f"| {_h(a['total_h'])} | {_bases(a['cells'], 'train_basis')} | {_bases(a['cells'], 'gen_basis')} |")
+                    f"| {_h(a['total_h'])} | {basis_counts(a['cells'], 'train_basis')} | {basis_counts(a['cells'], 'gen_basis')} |")
     t1 = next(a for a in bill["artifacts"] if a["artifact"] == "table1")
     share = t1["val_h"][0] / t1["total_h"][0] if t1.get("total_h") and t1["total_h"][0] else None
     return "\n".join([

@@ -1,4 +1,4 @@
-"""A run's cost record checked before a cost table reads it (:mod:`scaleformer.artifacts.costs`).
+"""A run's cost record checked before a cost table reads it (:mod:`scaleformer.costs.table`).
 
 The table multiplies these numbers by the paper profile's hundreds of thousands of micro-batches and
 decides from the total whether ``reproduce`` may launch without ``--yes``: a zero or negative time,

@@ -4,7 +4,7 @@ each row's continually trained model, then greedy generation; ``masformer_contin
 same on Table 2's grid).
 
 The summarization tables of ScaleFormer price their paper profile by running each cell for a few steps at the real
-shape (:mod:`scaleformer.artifacts.costs`). A 1.4B-parameter model at 8,192 tokens does not fit that on a CPU (its
+shape (:mod:`scaleformer.costs.table`). A 1.4B-parameter model at 8,192 tokens does not fit that on a CPU (its
 weights, gradients and Adam state alone are ~23 GB in fp32), so this bill is counted, not measured:
 
 - the model's shape from the spec (``shape``: Pythia-1.4B, 24 layers of width 2,048, vocabulary 50,304, untied
@@ -60,7 +60,7 @@ from scaleformer.resources import experiments_dir
 from scaleformer.runs.context import to_config
 from scaleformer.runs.sharding import world_size
 
-H100_BF16_DENSE = 989.4e12  # FLOP/s, as scaleformer.artifacts.bill prices counted FLOPs
+H100_BF16_DENSE = 989.4e12  # FLOP/s, as scaleformer.costs.bill prices counted FLOPs
 H100_HBM = 3.35e12  # B/s, an H100 SXM's HBM3 (NVIDIA's datasheet)
 
 

@@ -1,6 +1,6 @@
 """``make gpu-perf``'s generation rows: decoding ms per token against its floor, and batched documents per second.
 
-Run after the training cells, inside the same call and budget (:mod:`scaleformer.artifacts.gpu_perf`):
+Run after the training cells, inside the same call and budget (:mod:`scaleformer.costs.gpu_perf`); the decoding rows' measuring is :mod:`scaleformer.costs.gpu_decode`:
 
 * **decode**: BART-base's shape (``conf/backbone/bart_base_shape.yaml``, random weights, bf16 on a GPU) decoding
   exactly ``new_tokens`` tokens (``min_new_tokens = max_new_tokens``) at 1 and 4 beams from an encoder memory
@@ -34,7 +34,6 @@ import math
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -42,186 +41,37 @@ import torch
 from omegaconf import OmegaConf
 
 from scaleformer.bench.batched_eval import speedups
-from scaleformer.bench.floor import step_floor
-from scaleformer.bench.shapes import load_shape, random_model
 from scaleformer.compose import compose_config
 from scaleformer.config import GenerationConfig
+from scaleformer.costs.gpu_decode import (
+    Budget,
+    decode,
+    failure,
+    free_memory,
+    timed,
+)
 from scaleformer.data.sampler import length_sorted_batches
 from scaleformer.data.synthetic import DEFAULT_SEED, split_rows
 from scaleformer.export.summarizer import Summarizer
 from scaleformer.model.backbone import build_model, prepare
 from scaleformer.model.batching import auto_batch
 from scaleformer.model.hf import ScaleformerForConditionalGeneration
-from scaleformer.ops import decoding, static_decoding, step_decoding
-from scaleformer.ops.compat import compiled_graphs
-from scaleformer.ops.measure import copy_bandwidth, is_oom
+from scaleformer.ops import decoding
+from scaleformer.ops.measure import sync
 from scaleformer.resources import conf_dir
 from scaleformer.runs import cost_fit
 from scaleformer.runs.context import to_config
 
 PARTS = ("decode", "docs")
-LENGTHS, TINY_LENGTHS = (4096, 65536, 1 << 20), (64, 256, 1024)
-BEAMS, CACHES = (1, 4), ("dynamic", "static", "step")  # step: scaleformer.ops.step_decoding, compiled on a GPU
+
+
 DOC_METHODS = ("sled", "scaleformer_middle", "truncation")  # most telling first, as the training cells
+
+
 DOC_BEAMS = 4  # the framework's (and the paper's) beam search
+
+
 FIXED_SIZES, TINY_FIXED_SIZES = (4, 8), (2,)
-# The issue's targets: ms per token up to 64k tokens of memory (by beams), the floor's multiple at 1M.
-MS_TARGET, FLOOR_TARGET = {1: 2.0, 4: 3.0}, 1.5
-# What torch.compile's first capture of BART-base's decoding step may take on a GPU: a compiled row does not
-# start with less left (its warm-up compiles before the budget check can skip it).
-COMPILE_S = 90.0
-
-
-@dataclass(frozen=True)
-class Budget:
-    deadline: float | None  # a host clock time; None: unbounded
-
-    def over(self) -> bool:
-        return self.deadline is not None and time.time() > self.deadline
-
-    def fits(self, seconds: float) -> bool:
-        return self.deadline is None or time.time() + seconds <= self.deadline
-
-
-def label(n: int) -> str:
-    return f"{n >> 20}M" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n >> 10}k" if n >= 4096 and n % 1024 == 0 \
-        else str(n)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(run: Callable[[], Any], device: torch.device) -> float:
-    """Seconds of one ``run()`` (CUDA events on a GPU), its output dropped before the next."""
-    if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        out = run()
-        end.record()
-        torch.cuda.synchronize(device)
-        del out
-        return start.elapsed_time(end) / 1e3
-    t0 = time.perf_counter()
-    out = run()
-    del out
-    return time.perf_counter() - t0
-
-
-def _failure(e: BaseException) -> str:
-    return "oom" if is_oom(e) else f"failed: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
-
-
-def _free(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
-def decode_row(model: Any, hidden: torch.Tensor, mask: torch.Tensor, beams: int, cache: str, *, new_tokens: int,
-               repeats: int, bandwidth: float | None, budget: Budget) -> dict[str, Any] | float:
-    """One decoding row, or the seconds its timed runs would take where they would not fit the budget."""
-    device = hidden.device
-    g = GenerationConfig(num_beams=beams, max_new_tokens=new_tokens, min_new_tokens=new_tokens, step_decoding=cache
-                         == "step", static_cache=cache == "static", compile=cache != "dynamic" and device.type == "cuda")
-    kw = decoding.generation_kwargs(g) | static_decoding.generation_kwargs(g)  # what a run's evaluation passes
-    step, compile_step = kw.pop("step_decoding", False), kw.pop("compile_step", None)
-
-    def run() -> Any:
-        return step_decoding.decode(model, hidden, mask, step=step, compile=compile_step, **kw)
-
-    graphs = compiled_graphs()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    with torch.no_grad():
-        t0 = time.perf_counter()
-        # warm-up 1 (compiles); the step returns the sequences alone: its beam-shared cross-attention keys/values
-        # are the same layers x [1, heads, T, head_dim] x 2 as the path that returns its cache
-        res = run() if step else decoding.generate(model, hidden, mask, **kw, return_dict_in_generate=True)
-        made, cross = (int(res.shape[1]) - 1, 2 * model.config.decoder_layers * hidden.numel() * hidden.element_size()
-                       ) if step else (int(res.sequences.shape[1]) - 1, decoding.cross_attention_bytes(res.past_key_values))
-        del res
-        _sync(device)
-        first_s = time.perf_counter() - t0
-        if made != new_tokens:
-            raise AssertionError(f"generated {made} tokens, expected exactly {new_tokens}")
-        estimate = timed(run, device) * repeats  # warm-up 2: what a timed run costs
-        if not budget.fits(estimate):
-            return estimate
-        times = [timed(run, device) for _ in range(repeats)]
-    p25, med, p75 = cost_fit.quartiles(times)
-    per = 1e3 / new_tokens
-    floor = step_floor(model, rows=beams, new_tokens=new_tokens, cross_bytes=cross, cross_length=int(hidden.shape[1]),
-                       time_s=med, bandwidth=bandwidth)
-    return {"status": "ok", "compiled_graphs": compiled_graphs() - graphs, "first_run_s": first_s, "new_tokens": made,
-            "repeats": len(times),
-            "ms_per_token": med * per, "ms_per_token_p25": p25 * per, "ms_per_token_p75": p75 * per,
-            "ms_per_token_iqr": (p75 - p25) * per, "times_s": times, "floor": floor,
-            "peak_gb": torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None}
-
-
-def target(length_index: int, beams: int, row: dict[str, Any]) -> dict[str, Any]:
-    """The issue's bound for a row: ms per token up to the second length (64k), the floor's multiple at the last."""
-    if length_index < 2:
-        bound, value = MS_TARGET[beams], row.get("ms_per_token")
-        return {"what": f"ms/token <= {bound:g}", "value": value, "met": None if value is None else value <= bound}
-    value = (row.get("floor") or {}).get("floor_multiple")
-    return {"what": f"x floor <= {FLOOR_TARGET:g}", "value": value, "met": None if value is None else value <= FLOOR_TARGET}
-
-
-def decode(gen: dict[str, Any], tiny: bool, device: torch.device, budget: Budget, *, new_tokens: int,
-           repeats: int, log: Callable[[str], None], save: Callable[[], None]) -> None:
-    shape = load_shape("tiny_bart" if tiny else "bart_base_shape")
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    model, _ = random_model(shape.model_config(), "sdpa", device, dtype, seed=0)
-    bw = copy_bandwidth(device, size_bytes=32 * 2**20 if tiny else None)
-    gen["bandwidth"] = bw
-    gen["decode_setup"] = {"backbone": shape.name, "dtype": str(dtype).replace("torch.", ""),
-                           "attn_implementation": "sdpa", "new_tokens": new_tokens, "repeats": repeats,
-                           "memory": "random encoder states [1, T, d], not encoded"}
-    lengths = TINY_LENGTHS if tiny else LENGTHS
-    for i, length in enumerate(lengths):
-        names = [(b, c, f"decode/{label(length)}/{b}-beam/{c}") for b in BEAMS for c in CACHES]
-        if budget.over():
-            gen["skipped"] += [n for *_, n in names]
-            continue
-        try:
-            gen_ = torch.Generator(device=device).manual_seed(length)
-            hidden = torch.randn(1, length, int(shape.config.d_model), generator=gen_, device=device, dtype=dtype)
-            mask = torch.ones(1, length, dtype=torch.long, device=device)
-        except Exception as e:  # noqa: BLE001 - the memory itself may not fit: say so, go on
-            gen["failed"] += [f"{n} ({_failure(e)})" for *_, n in names]
-            continue
-        for beams, cache, name in names:
-            if budget.over():
-                gen["skipped"].append(name)
-                continue
-            compiles = cache == "step" or (cache == "static" and beams == 1)  # transformers compiles greedy only
-            if compiles and device.type == "cuda" and not budget.fits(COMPILE_S):
-                gen["skipped"].append(f"{name} (compiling needs ~{COMPILE_S:.0f} s)")
-                continue
-            try:
-                row = decode_row(model, hidden, mask, beams, cache, new_tokens=new_tokens, repeats=repeats,
-                                 bandwidth=bw["bytes_per_s"], budget=budget)
-            except Exception as e:  # noqa: BLE001 - a row that fails (OOM, compile) is recorded, the rest run
-                log(traceback.format_exc(limit=3))
-                row = {"status": _failure(e)}
-            _free(device)
-            if isinstance(row, float):
-                gen["skipped"].append(f"{name} (~{row:.0f} s)")
-                continue
-            row = {"length": length, "beams": beams, "cache": cache, **row}
-            row["target"] = target(i, beams, row)
-            gen["decode"].append(row)
-            log(f"{name}: {row['status']}" + (f", {row['ms_per_token']:.2f} ms/token, "
-                                             f"{row['floor']['floor_multiple'] or 0:.1f}x floor" if row["status"] == "ok" else ""))
-            save()
-        del hidden, mask
-        if device.type == "cuda":
-            from torch import _dynamo
-
-            _dynamo.reset()  # the compiled step and its graphs' memory go with this length
-        _free(device)
 
 
 def documents(n: int, tiny: bool) -> tuple[list[str], dict[str, Any]]:
@@ -297,7 +147,7 @@ def docs(gen: dict[str, Any], tiny: bool, device: torch.device, budget: Budget, 
                 summaries: dict[int, list[str]] = {}
                 for _ in range(repeats):
                     for size in chosen:
-                        _sync(device)
+                        sync(device)
                         t0 = time.perf_counter()
                         summaries[size] = one_pass(s, ids, size)
                         times[size].append(time.perf_counter() - t0)
@@ -310,9 +160,9 @@ def docs(gen: dict[str, Any], tiny: bool, device: torch.device, budget: Budget, 
                 log(f"docs/{method}/batch-{size}: {med:.2f} docs/s")
         except Exception as e:  # noqa: BLE001 - recorded, the other methods run
             log(traceback.format_exc(limit=3))
-            gen["failed"].append(f"docs/{method} ({_failure(e)})")
+            gen["failed"].append(f"docs/{method} ({failure(e)})")
         s = None
-        _free(device)
+        free_memory(device)
         out["speedups"] = speedups(out["rows"])
         save()
 

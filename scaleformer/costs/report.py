@@ -1,6 +1,6 @@
 """An artifact's cost table rendered: the markdown and JSON files of a dry run, and the README's cost block.
 
-The numbers come from :mod:`scaleformer.artifacts.costs` (what each cell measured, the paper profile's
+The numbers come from :mod:`scaleformer.costs.table` (what each cell measured, the paper profile's
 arithmetic) and :mod:`scaleformer.runs.cost_fit` (steady-state statistics and fits); this module
 only lays them out.
 """
@@ -14,12 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scaleformer.artifacts.cost_check import finite
-from scaleformer.artifacts.cost_validation import BASIS
-from scaleformer.artifacts.costs import (
-    DEVICES_GB,
-    H100_BF16_TFLOPS,
-    MFU,
+from scaleformer.artifacts.grid import column_label, expand_grid, resolve_run_ids
+from scaleformer.artifacts.tables import collect, provenance
+from scaleformer.costs.check import finite
+from scaleformer.costs.measured import DEVICES_GB, H100_BF16_TFLOPS, MFU
+from scaleformer.costs.table import (
     RANGE_BASIS,
     by_run,
     cost_rows,
@@ -32,8 +31,7 @@ from scaleformer.artifacts.costs import (
     secs,
     total_hours,
 )
-from scaleformer.artifacts.grid import column_label, expand_grid, resolve_run_ids
-from scaleformer.artifacts.tables import collect, provenance
+from scaleformer.costs.validation import BASIS
 from scaleformer.io import atomic_write_text
 
 
@@ -114,7 +112,7 @@ def render_markdown(spec: dict[str, Any], rows: list[dict[str, Any]], prov: str)
     lines = [f"# {spec['artifact']}: cost of the paper profile, from the dry run ({device})", "",
              f"Measured per cell: {got[0]['memory'] if got else ''}, precision {got[0]['precision'] if got else ''}. "
              "Where the dry run read shorter documents than the paper (tokens a -> b), time and memory growth "
-             "are scaled linearly to the paper's length (module docstring of scaleformer.artifacts.costs).", "",
+             "are scaled linearly to the paper's length (module docstring of scaleformer.costs.table).", "",
              "| Method | Column | Tokens | s/step | s/step ckpt | Train peak GB | ckpt GB | Gen s/doc | Gen peak GB "
              f"| Fits {'/'.join(map(str, DEVICES_GB))} GB | ckpt fits | Paper profile h | of which validation h "
              "| GPU h (train, by FLOPs) |", "|" + "---|" * 14]

@@ -3,7 +3,7 @@
 A cost table's rows keep what each cell measured (seconds per micro-batch and FLOPs at the paper's length,
 seconds per generated document, the encoder's share of a step or a steady-state fit). The plan they are
 multiplied by (micro-batches, validations, evaluation documents) comes from the paper profile's composed config
-(:func:`scaleformer.artifacts.costs.paper_plan`), so a change of recipe changes every total without a new dry
+(:func:`scaleformer.costs.table.paper_plan`), so a change of recipe changes every total without a new dry
 run. Only the training length needs the measurement again where the recipe cuts training inputs
 (``data.max_train_input_tokens``: BookSum trains on 16,384 tokens of each book): a step is read at that length
 from the same model the table scaled with, fixed + per-token for a steady-state fit, else the measured step's
@@ -18,17 +18,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from scaleformer.artifacts.cost_check import finite
-from scaleformer.artifacts.cost_report import render_markdown
-from scaleformer.artifacts.costs import (
-    cost_table_paths,
-    estimate,
-    gpu_basis,
-    paper_cells,
-    paper_plan,
-    total_hours,
-)
 from scaleformer.artifacts.grid import column_label, expand_grid
+from scaleformer.costs.check import finite
+from scaleformer.costs.plan import paper_cells, paper_plan
+from scaleformer.costs.report import render_markdown
+from scaleformer.costs.table import cost_table_paths, estimate, gpu_basis, total_hours
 from scaleformer.errors import ConfigError
 from scaleformer.io import atomic_write_text, read_json_record
 
@@ -130,7 +124,7 @@ def restate(spec: dict[str, Any], folder: Path, commit: str) -> list[Path]:
         note = (f"Restated under the paper profile's recipe of commit {commit} (docs/reproducing.md, \"The paper "
                 "profile's recipe\") from the dry run's measurements below: the plan (epochs, validations, evaluation "
                 "documents) is the current config's, each step is read at the recipe's training length "
-                "(scaleformer/artifacts/cost_restate.py); peak memory stays at the evaluation length. The runs named "
+                "(scaleformer/costs/restate.py); peak memory stays at the evaluation length. The runs named "
                 "are the dry run's, trained under the earlier optimiser settings, which a step's cost does not "
                 "depend on.")
         prov = record.get("provenance", "")

@@ -1,27 +1,13 @@
-"""An artifact's cost table: what each cell of its dry run measured, and what the full profile would cost.
+"""An artifact's cost table: what the full paper profile would cost, from what each dry-run cell measured.
 
-The dry run (profile ``dryrun`` of every spec, ``cost_table: true``) trains each cell for three
-micro-batches at the paper's shapes with ``trainer.measure_cost`` (:mod:`scaleformer.runs.cost`) and
-generates for one document with the paper's beams and ``max_new_tokens``. Per cell, from those:
-
-- seconds per micro-batch, with and without ``method.checkpoint_chunks``; the training peak of both;
-  generation seconds per document and its peak;
-- the same at the paper's length: the documents' own mean length (the data summary, before the dry
-  run's ``data.max_input_tokens``), capped at the paper profile's ``data.max_input_tokens``. Only the
-  share that grows with the input is scaled: in training, the encoder's share of the step's FLOPs
-  (time and memory growth alike); in generation, the encoding linearly and decoding by its FLOPs per
-  token. Methods whose encoder side stops growing (``length_scaling: bounded``, e.g. truncation past
-  its window) stay as measured, so the dry run reads documents longer than any window; training
-  alone when only training stops (``train_length_scaling``: Unlimiformer's standard mode);
-- the paper profile's time: micro-batches x step time + validation during training (its count, documents
-  and per-document cost from the config's ``trainer.validation``: :mod:`scaleformer.artifacts.cost_validation`)
-  + ``paper_eval_docs`` x generation seconds per document, the arithmetic written out, validation's hours and
-  share of the total apart, the trainer's numbers from composing the paper profile's own config;
-- whether the training peak fits a 24/40/80 GB device; on a CPU, GPU-hours of training from the counted
-  FLOPs at 1-5% of an H100's dense bf16 peak (``MFU``); on a GPU, what it measured and nothing assumed.
-
-A record is checked before it is read (:mod:`scaleformer.artifacts.cost_check`); a cell whose run has no
-record stays in the table as "not measured", leaving the total unknown rather than short.
+Per cell (:mod:`scaleformer.costs.measured` for the measurements, :mod:`scaleformer.costs.plan` for the plan): the
+paper profile's time, micro-batches x step time + validation during training (its count, documents and
+per-document cost from the config's ``trainer.validation``: :mod:`scaleformer.costs.validation`) +
+``paper_eval_docs`` x generation seconds per document, the arithmetic written out, validation's hours and share
+of the total apart; whether the training peak fits a 24/40/80 GB device; on a CPU, GPU-hours of training from the
+counted FLOPs at 1-5% of an H100's dense bf16 peak (``MFU``), or at the MFU a GPU's steady-state dry run measured;
+on a GPU, what it measured and nothing assumed. A cell whose run has no record stays in the table as "not
+measured", leaving the total unknown rather than short. What a paper launch quotes: :func:`paper_estimate`.
 """
 
 from __future__ import annotations
@@ -32,183 +18,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from scaleformer.artifacts.cost_check import check_record, finite
-from scaleformer.artifacts.cost_validation import validation_cost, validation_plan
-from scaleformer.artifacts.grid import Cell, check_profile, column_label, expand_grid
-from scaleformer.compose import compose_config
-from scaleformer.runs import cost_fit
-
-GB = 1e9
-DEVICES_GB = (24, 40, 80)
-H100_BF16_TFLOPS = 989.4  # dense, SXM5 datasheet (scaleformer.bench.probes.PEAK_BF16_TFLOPS)
-# The share of that peak a training step reaches: the GPU-hour range. Measured, not assumed: one H200 ran
-# table1's dry-run steps at 1.9-48.8 TFLOP/s per cell (the FLOPs table1.json counted over the seconds
-# table1-gpu.json timed; batch 1, chunk by chunk), 0.2-4.9% of the peak. The 25-50% a large-batch LM
-# reaches put table1's training at 28-56 H100-hours where that H200 measured 877.
-MFU = (0.01, 0.05)
-
-
-def _at(step: dict[str, Any], scale: float) -> float | None:
-    """A step's peak memory at ``scale`` times its input: what it started with, plus its growth scaled."""
-    peak, base = step.get("mem_peak_bytes"), step.get("base_bytes")
-    if peak is None:
-        return None
-    return peak if base is None or scale == 1 else base + (peak - base) * scale
-
-
-def document_tokens(result: Any) -> float | None:
-    """The mean length of the run's documents before any truncation (the data summary, all splits)."""
-    splits = [v for v in (result.data.get("summary") or {}).values() if v.get("n_examples")]
-    n = sum(v["n_examples"] for v in splits)
-    return sum(v["input_tokens_mean"] * v["n_examples"] for v in splits) / n if n else None
-
-
-def decode_ratio(model: dict[str, int], tokens: float, paper: float) -> float:
-    """How much longer a decoding step takes when the decoder reads ``paper`` instead of ``tokens``
-    encoder states: FLOPs per generated token, 2 x decoder parameters + 4 x states x d_model x layers
-    (cross-attention's scores and sum)."""
-    if not model or paper == tokens:
-        return 1.0
-    fixed, per_state = 2 * model["decoder_params"], 4 * model["d_model"] * model["decoder_layers"]
-    return (fixed + per_state * paper) / (fixed + per_state * tokens)
-
-
-def step_factor(step: dict[str, Any], paper: float, warmup: dict[str, Any], linear: bool) -> float:
-    """How much a measured step grows at ``paper`` tokens. Only the encoder's FLOPs grow with the input
-    (forward + backward = 3 x its forward, 4 x when the chunks are recomputed), linearly from what the
-    warm-up counted at its own length; the decoder's and the optimiser's stay. Each step is scaled from its
-    own input length: the dry run's micro-batches read documents of different lengths."""
-    n = step.get("input_tokens") or 0
-    if not linear or not n:
-        return 1.0
-    n0, total, enc = warmup.get("input_tokens") or n, warmup.get("flops"), warmup.get("encoder_forward_flops")
-    if not total or enc is None:  # nothing counted: the whole step grows with the input
-        return paper / n
-    k = 4 if step.get("checkpoint_chunks") else 3
-    rest, per_token = max(total - 3 * enc, 0.0), enc / n0  # FLOPs that stay; encoder forward FLOPs per token
-    return (rest + k * per_token * paper) / (rest + k * per_token * n)
-
-
-def measured(result: Any, paper_cap: int | None = None, run: str | None = None,
-             train_cap: int | None = None) -> dict[str, Any] | None:
-    """One cell's costs from its ``metrics.json``, at the measured length and at the paper's (its documents'
-    own length, capped at the paper profile's ``data.max_input_tokens``; training also at its
-    ``data.max_train_input_tokens``, ``train_cap``: BookSum trains on 16,384 tokens of each book and is
-    evaluated whole); None when nothing was measured.
-
-    A steady-state record (groups of warm-up and timed micro-batches at two lengths or more) is read through
-    :mod:`scaleformer.runs.cost_fit`; a single-step record of the earlier probe by scaling its one timed
-    step (:func:`step_factor`). A record with a field the table cannot use raises ``BadRecord`` naming
-    ``run`` (default: the record's run id)."""
-    check_record(result, run or result.run_id or "(no run id)")
-    cost = result.cost or {}
-    steps = cost.get("train_steps") or []
-    if not steps:
-        return None
-    linear = cost.get("length_scaling", "linear") == "linear"  # evaluation's encoder side
-    train_linear = cost.get("train_length_scaling", cost.get("length_scaling", "linear")) == "linear"
-    steady = cost_fit.fits(cost)
-    if steady:
-        tokens = max(g["tokens"] for f in steady.values() for g in f["groups"])
-    else:
-        timed = steps[1:] or steps  # the warm-up is timed only when nothing else was
-        tokens = statistics.mean(s["input_tokens"] for s in timed)
-    full = document_tokens(result) or tokens
-    paper = min(full, paper_cap) if paper_cap else full
-    trains = min(paper, train_cap) if train_cap else paper
-    scale = paper / tokens if linear else 1.0
-    training = cost_fit.summary(cost, trains, train_linear) if steady else _single_step(steps, trains, train_linear)
-    gen = cost.get("generate") or []
-    docs = sum(int(m.get("n_examples") or 0) for m in result.splits.values())
-    # the tokens evaluation read (after the dry run's truncation), per document
-    read = sum(float(m.get("input_tokens_per_s") or 0) * float(m.get("generation_time_s") or 0)
-               for m in result.splits.values()) / max(docs, 1)
-    gen_scale = paper / read if linear and read and paper > read else 1.0
-    gen_s = enc_s = dec_s = made = None
-    if gen and docs:
-        encode = sum(g.get("encode_s", 0.0) for g in gen)
-        decode = sum(g["time_s"] for g in gen) - encode
-        enc_s = encode * gen_scale / docs
-        dec_s = decode * decode_ratio(cost.get("model") or {}, read, read * gen_scale) / docs
-        gen_s = enc_s + dec_s
-        counts = [n for g in gen for n in (g.get("new_tokens") or [])]
-        made = sum(counts) / len(counts) if counts else None  # new tokens per document
-    peaks = [_at(g, gen_scale) for g in gen if g.get("mem_peak_bytes") is not None]
-    return {
-        "device": cost.get("device", "cpu"), "precision": cost.get("precision"), "memory": cost.get("memory"),
-        "tokens": round(tokens), "paper_tokens": round(paper), "train_tokens": round(trains), "scale": round(scale, 3),
-        "length_scaling": "linear" if linear else "bounded",
-        "train_length_scaling": "linear" if train_linear else "bounded", **training,
-        "gen_s_doc": gen_s, "gen_peak_gb": max(peaks) / GB if peaks else None,
-        # what validation's cost is read from (scaleformer.artifacts.cost_validation)
-        "gen_encode_s_doc": enc_s, "gen_decode_s_doc": dec_s, "gen_new_tokens": made,
-    }
-
-
-def _single_step(steps: list[dict[str, Any]], paper: float, train_linear: bool) -> dict[str, Any]:
-    """The training fields of a single-step record (warm-up, then one step per setting): each timed step
-    scaled from its own length by the FLOPs that grow with the input (:func:`step_factor`)."""
-    timed = steps[1:] or steps
-    plain = [s for s in timed if not s["checkpoint_chunks"]]
-    ckpt = [s for s in timed if s["checkpoint_chunks"]]
-    total, enc = steps[0].get("flops"), steps[0].get("encoder_forward_flops")
-    f = {id(s): step_factor(s, paper, steps[0], train_linear) for s in timed}
-    return {
-        "probe": "single-step", "encoder_share": min(1.0, 3 * enc / total) if total and enc is not None else 1.0,
-        "step_s": None if not plain else statistics.median(s["time_s"] * f[id(s)] for s in plain),
-        "step_ckpt_s": None if not ckpt else statistics.median(s["time_s"] * f[id(s)] for s in ckpt),
-        "train_peak_gb": None if not plain else max(_at(s, f[id(s)]) or 0 for s in plain) / GB,
-        "train_peak_ckpt_gb": None if not ckpt else max(_at(s, f[id(s)]) or 0 for s in ckpt) / GB,
-        "flops_step": None if total is None else total * step_factor(steps[0], paper, steps[0], train_linear),
-    }
-
-
-def paper_cells(spec: dict[str, Any]) -> dict[tuple[Any, ...], Cell]:
-    """The paper profile's cells by (column, method, value): what each dry-run cell stands for."""
-    if not spec["profiles"].get("paper"):
-        return {}
-    return {(c.key, c.method, c.value): c for c in expand_grid(spec, "paper")}
-
-
-def paper_plan(spec: dict[str, Any], cell: Cell, paper: dict[tuple[Any, ...], Cell] | None = None
-               ) -> dict[str, Any] | None:
-    """The paper profile's training and evaluation sizes for a dry-run cell, from its composed config
-    (``paper``: :func:`paper_cells`, expanded once per table). A budget in epochs (``trainer.max_steps=-1``,
-    ``max_epochs`` from ``data.epochs``) needs the training set's size: the dry run's ``paper_train_docs``
-    (training rows of the paper's data, per column); without it the micro-batches are unknown."""
-    same = (paper_cells(spec) if paper is None else paper).get((cell.key, cell.method, cell.value))
-    if same is None:
-        return None
-    cfg = compose_config(same.overrides)
-    t = cfg.trainer
-    dry = check_profile(spec, "dryrun")
-    accumulate, batch = int(t.accumulate_grad_batches), int(cfg.data.get("batch_size") or 1)
-    plan: dict[str, Any] = {"accumulate": accumulate, "max_input_tokens": cfg.data.get("max_input_tokens"),
-                            "max_train_input_tokens": cfg.data.get("max_train_input_tokens")}
-    epoch_batches = None
-    if int(t.max_steps) == -1:  # a budget in epochs
-        rows = _per_column(dry.get("paper_train_docs"), cell.key)
-        epochs = int(t.max_epochs)
-        epoch_batches = -(-int(rows) // batch) if rows else None
-        micro = epochs * epoch_batches if epoch_batches else None
-        plan.update(epochs=epochs, train_docs=rows, micro_batches=micro,
-                    steps=None if micro is None else -(-micro // accumulate),
-                    early_stopping_patience=t.get("early_stopping_patience"))
-    else:
-        micro = int(t.max_steps) * accumulate
-        plan.update(steps=int(t.max_steps), micro_batches=micro)
-    docs = _per_column(dry.get("paper_eval_docs", 0), cell.key) or 0
-    # a column's documents: a number (validation + test), or per split ({validation: n, test: m})
-    split = docs.get("validation") if isinstance(docs, dict) else None
-    eval_docs = int(sum(docs.values()) if isinstance(docs, dict) else docs)
-    return {**plan, **validation_plan(t, cfg.data, micro or 0, split, epoch_batches), "eval_docs": eval_docs}
-
-
-def _per_column(value: Any, key: str) -> Any:
-    """A spec's per-column value (``{column: n}``), or one for every column (a number, or per split:
-    ``{validation: n, test: m}``)."""
-    per_split = isinstance(value, dict) and set(value) <= {"validation", "test"}
-    return value.get(key) if isinstance(value, dict) and not per_split else value
+from scaleformer.artifacts.grid import Cell, column_label
+from scaleformer.costs.check import finite
+from scaleformer.costs.measured import H100_BF16_TFLOPS, MFU, measured
+from scaleformer.costs.plan import paper_cells, paper_plan
+from scaleformer.costs.validation import validation_cost
 
 
 def gpu_basis(artifact: str, folder: Path) -> dict[str, Any] | None:

@@ -8,6 +8,6 @@ tokenizer, the shipped tiny readers' recipes, and the one answer to "is the hub 
   checks on load); ``wrapping``: ``wrap``; ``autoreg``: their registration with the Auto classes;
 - ``tokenizer``: the offline BPE and special-token helpers (``vocab``: their constants and the
   special-token probe, without transformers); ``readers``: the tiny readers' recipes
-  (data; the pretraining loop is ``scaleformer.artifacts.pretrain_reader``);
+  (data; the pretraining loop is ``scaleformer.runs.pretrain_reader``);
 - ``hub``: one network probe and the local cache, for backbones, data and metrics.
 """

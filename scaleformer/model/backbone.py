@@ -61,7 +61,7 @@ def _from_hub(loader: Any, ident: str, what: str, key: str, **kwargs: Any) -> An
         return loader(ident, **kwargs)
     if _looks_like_path(ident):
         name = Path(ident).name
-        build = next((f"; build it with `python -m scaleformer.artifacts.pretrain_reader {arch}`" for arch, r in RECIPES.items()
+        build = next((f"; build it with `python -m scaleformer.runs.pretrain_reader {arch}`" for arch, r in RECIPES.items()
                       if r.name == name and shipped), "")
         raise ConfigError(f"{key}={ident!r}: no such folder (a local {what} is a folder from save_pretrained; "
                           f"a hub id looks like org/name){build}")

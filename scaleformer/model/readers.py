@@ -22,7 +22,7 @@ here that backbone is made by a fixed two-stage recipe on the CPU and shipped un
    long-context method is favoured (the layout is truncation's own: query, then the document).
 
 Each method then fine-tunes this backbone on its column's training set (``experiments/*.yaml``).
-Rebuild: ``python -m scaleformer.artifacts.pretrain_reader bart`` (``t5``, ``bart_qa``); ``recipe.json`` beside the weights
+Rebuild: ``python -m scaleformer.runs.pretrain_reader bart`` (``t5``, ``bart_qa``); ``recipe.json`` beside the weights
 records the recipe, its fingerprint, losses and wall time. CPU training is not bit-reproducible
 across machines; the fingerprint says which recipe made the shipped weights.
 """

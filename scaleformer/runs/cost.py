@@ -23,7 +23,7 @@ allocator's trips to the driver, the SM clock; :mod:`scaleformer.runs.cost_waits
 told apart. Training ends when the schedule is done.
 
 Generation's half (per ``predict`` call, encoding apart) is :class:`scaleformer.runs.cost_generate.GenerationProbe`.
-The record goes into ``metrics.json`` under ``cost``; :mod:`scaleformer.artifacts.costs` turns a grid's
+The record goes into ``metrics.json`` under ``cost``; :mod:`scaleformer.costs.table` turns a grid's
 records into its table.
 
 Off by default: it cuts inputs and toggles checkpointing, which a run that trains for its scores must not.

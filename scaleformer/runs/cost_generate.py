@@ -81,7 +81,7 @@ class GenerationProbe(pl.Callback):
         self._wrapped, self._counted = [], []
 
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # Encoding apart from decoding: the two grow differently with the input (scaleformer.artifacts.costs).
+        # Encoding apart from decoding: the two grow differently with the input (scaleformer.costs.table).
         self._encode_s, started = 0.0, [0.0]
         device = pl_module.device
 

@@ -1,7 +1,7 @@
 """Pretraining the tiny readers by their recipes (:mod:`scaleformer.model.readers`), on the CPU.
 
-    python -m scaleformer.artifacts.pretrain_reader bart [--out DIR] [--resume DIR]     # t5, bart_qa
-    python -m scaleformer.artifacts.pretrain_reader bart_qa --resume scaleformer/assets/readers/tiny_bart_reader
+    python -m scaleformer.runs.pretrain_reader bart [--out DIR] [--resume DIR]     # t5, bart_qa
+    python -m scaleformer.runs.pretrain_reader bart_qa --resume scaleformer/assets/readers/tiny_bart_reader
 
 Stage 1 copies random token sequences, stages 2-3 summarize short synthetic ledgers with plain
 full attention (no long-context method takes part, so none is favoured); the QA reader's stages 4-5

@@ -118,8 +118,8 @@ def test_masformer_figure4_draws_table2s_runs_against_their_share_of_full_attent
     """Figure 4 reads Table 2's runs: C from each run's record as a share of full attention's (the tiny sizes
     land on the paper's shares), R-2 with its interval, rechecked from the scores Table 2 archives."""
     from scaleformer.artifacts import tables
-    from scaleformer.artifacts.cost_figure import build_cost_figure
     from scaleformer.artifacts.gridrun import run_grid
+    from scaleformer.artifacts.metric_by_cost import build_cost_figure
     from scaleformer.artifacts.scores_archive import recheck_all, recheck_figure
 
     table2 = grid.load_spec(ROOT / "experiments" / "masformer_table2.yaml")

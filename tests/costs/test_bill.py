@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from scaleformer.artifacts import bill, cost_restate
-from scaleformer.artifacts.costs import cost_table_paths, gpu_basis
 from scaleformer.artifacts.grid import load_spec
+from scaleformer.costs import bill
+from scaleformer.costs import restate as cost_restate
+from scaleformer.costs.table import cost_table_paths, gpu_basis
 from scaleformer.resources import experiments_dir
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Validation during training in the cost table (scaleformer.artifacts.cost_validation): its count and documents
+"""Validation during training in the cost table (scaleformer.costs.validation): its count and documents
 read from the paper profile's config, its cost per document by trainer.validation, its hours and share of the
 run's total, on hand-made records."""
 
@@ -10,9 +10,10 @@ import pytest
 from cost_records import record
 from omegaconf import OmegaConf
 
-from scaleformer.artifacts import cost_report, costs
-from scaleformer.artifacts.cost_validation import validation_plan
 from scaleformer.artifacts.grid import expand_grid, load_spec
+from scaleformer.costs import report as cost_report
+from scaleformer.costs import table as costs
+from scaleformer.costs.validation import validation_plan
 from scaleformer.resources import experiments_dir
 from scaleformer.runs.results import Results
 

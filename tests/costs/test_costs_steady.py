@@ -1,4 +1,4 @@
-"""Cost tables from steady-state probe records (scaleformer.artifacts.costs, cost_report): a record read
+"""Cost tables from steady-state probe records (scaleformer.costs.table, cost_report): a record read
 through the fit, its steady-state section, and a CPU table's GPU-hours from the MFU a GPU measured."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import json
 import pytest
 from cost_records import FIXED, PER_TOKEN, record
 
-from scaleformer.artifacts import cost_report, costs
+from scaleformer.costs import report as cost_report
+from scaleformer.costs import table as costs
 from scaleformer.runs.results import Results
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from scaleformer.artifacts import grid
-from scaleformer.artifacts.masformer_bill import H100_BF16_DENSE, parameters
 from scaleformer.cli.reproduce import main
 from scaleformer.compose import compose_config
+from scaleformer.costs.counted_bill import H100_BF16_DENSE, parameters
 from scaleformer.runs.context import to_config
 
 ROOT = Path(__file__).resolve().parents[2]

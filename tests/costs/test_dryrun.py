@@ -1,13 +1,14 @@
 """The dry run: cost measured inside a run (scaleformer.runs.cost), one cell at BART-base's real shape,
-and the cost table's arithmetic (scaleformer.artifacts.costs)."""
+and the cost table's arithmetic (scaleformer.costs.table)."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import compose
 
-from scaleformer.artifacts import cost_report, costs
 from scaleformer.artifacts.grid import expand_grid, load_spec
+from scaleformer.costs import report as cost_report
+from scaleformer.costs import table as costs
 from scaleformer.resources import experiments_dir
 from scaleformer.runs.context import to_config
 from scaleformer.runs.results import Results

@@ -10,11 +10,11 @@ import time
 import pytest
 import torch
 
-from scaleformer.artifacts import gpu_perf, gpu_perf_generate
 from scaleformer.artifacts.grid import expand_grid
 from scaleformer.bench.floor import kv_bytes
 from scaleformer.bench.shapes import load_shape, random_model
 from scaleformer.compose import compose_config
+from scaleformer.costs import gpu_decode, gpu_generate, gpu_perf, gpu_train
 from scaleformer.resources import conf_dir
 from scaleformer.runs.context import to_config
 
@@ -28,7 +28,7 @@ def test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table(t
     assert gpu_perf.main(["--tiny", "--out", str(out), "--runs", str(tmp_path / "runs"), *FAST_GEN]) == 0
     doc = json.loads((out / "gpu-perf.json").read_text())
     cells = {(r["method"], r["dataset"]) for r in doc["rows"]}
-    assert cells == {(m, d) for m in gpu_perf.METHODS for d in gpu_perf.DATASETS}
+    assert cells == {(m, d) for m in gpu_train.METHODS for d in gpu_train.DATASETS}
     for r in doc["rows"]:
         for variant in ("before", "after"):
             v = r[variant]
@@ -61,7 +61,7 @@ def test_generation_rows_cover_both_caches_and_beam_counts_with_their_floor_and_
     assert gen["skipped"] == [] and gen["failed"] == []
     rows = gen["decode"]
     assert [(r["length"], r["beams"], r["cache"]) for r in rows] == [
-        (n, b, c) for n in gpu_perf_generate.TINY_LENGTHS for b in (1, 4) for c in ("dynamic", "static", "step")]
+        (n, b, c) for n in gpu_decode.TINY_LENGTHS for b in (1, 4) for c in ("dynamic", "static", "step")]
     config = load_shape("tiny_bart").config
     for r in rows:
         assert r["status"] == "ok" and r["new_tokens"] == 2 and r["repeats"] == 2 == len(r["times_s"])
@@ -75,13 +75,13 @@ def test_generation_rows_cover_both_caches_and_beam_counts_with_their_floor_and_
     assert gen["bandwidth"]["bytes_per_s"] > 0
     docs = gen["docs"]
     assert docs["documents"] == 3 and len(docs["tokens"]) == 3 and docs["beams"] == 4
-    assert {r["method"] for r in docs["rows"]} == set(gpu_perf_generate.DOC_METHODS)
-    for method in gpu_perf_generate.DOC_METHODS:
+    assert {r["method"] for r in docs["rows"]} == set(gpu_generate.DOC_METHODS)
+    for method in gpu_generate.DOC_METHODS:
         mine = [r for r in docs["rows"] if r["method"] == method]
         assert mine[0]["batch"] == 1 and any(r["auto"] for r in mine) and len(mine) >= 3  # 1, fixed, auto
         assert all(r["docs_per_s"] > 0 and r["same_summaries"] for r in mine)  # fp32: batching keeps the tokens
         assert method in docs["auto_batch"]
-    assert {s["method"] for s in docs["speedups"]} == set(gpu_perf_generate.DOC_METHODS)
+    assert {s["method"] for s in docs["speedups"]} == set(gpu_generate.DOC_METHODS)
     text = (out / "gpu-perf.md").read_text()
     assert text.startswith("# Generation at the GPU's speed")
     for needle in ("| 64 | 1 | dynamic |", "| 64 | 4 | static |", "| 1,024 | 4 | static |", "| 1,024 | 4 | step |",
@@ -94,7 +94,7 @@ def test_the_compiled_variant_runs_the_defaults_with_the_layers_compiled_beside_
     """--variants after,compiled: the defaults with backbone.compile_encoder and compile_decoder, measured compiled (the probe
     leaves the compile to the micro-batch after its FLOP count), in a table of its own against them."""
     torch.compiler.reset()
-    doc = gpu_perf.measure(tmp_path / "runs", tiny=True, variants=("after", "compiled"),
+    doc = gpu_train.measure(tmp_path / "runs", tiny=True, variants=("after", "compiled"),
                            cells=[("truncation", "summscreen")], save=lambda d: None)
     (row,) = doc["rows"]
     assert (row["method"], row["dataset"]) == ("truncation", "summscreen") and "before" not in row
@@ -112,7 +112,7 @@ def test_the_compiled_variant_runs_the_defaults_with_the_layers_compiled_beside_
 def test_the_bucketed_variant_measures_several_documents_a_micro_batch_per_document(tmp_path):
     """bucketed: the defaults on micro-batches of documents of similar length (as many as the memory model says fit of
     8: all, at tiny shapes), SummScreenFD's cells only, in a table per document against the defaults' one."""
-    doc = gpu_perf.measure(tmp_path / "runs", tiny=True, variants=("after", "bucketed"),
+    doc = gpu_train.measure(tmp_path / "runs", tiny=True, variants=("after", "bucketed"),
                            cells=[("sled", "summscreen"), ("sled", "booksum")], save=lambda d: None)
     rows = {r["dataset"]: r for r in doc["rows"]}
     assert "bucketed" not in rows["booksum"] and rows["booksum"]["after"]["documents"] == 1
@@ -124,12 +124,12 @@ def test_the_bucketed_variant_measures_several_documents_a_micro_batch_per_docum
     assert lines[1].startswith("Bucketed micro-batches") and not any("booksum" in x for x in lines)
 
 
-@pytest.mark.parametrize("variant", [*gpu_perf.ALL_VARIANTS])
+@pytest.mark.parametrize("variant", [*gpu_train.ALL_VARIANTS])
 def test_every_cell_of_every_variant_validates_at_the_papers_shapes(variant):
     """What a lent GPU would run, composed and checked here (a compiled cell's longer warm-up once outgrew
     the dry run's step budget: the window would have lost it to a one-line refusal)."""
-    cells = expand_grid(gpu_perf.spec_for(variant, tiny=False), "dryrun", gpu_perf.METHODS)
-    assert {(c.method, c.key) for c in cells} == set(gpu_perf.ORDER)
+    cells = expand_grid(gpu_train.spec_for(variant, tiny=False), "dryrun", gpu_train.METHODS)
+    assert {(c.method, c.key) for c in cells} == set(gpu_train.ORDER)
     for c in cells:
         rc = to_config(compose_config(c.overrides, str(conf_dir())))
         assert (rc.backbone.compile_decoder == "inductor") == (variant == "compiled"), c.key
@@ -172,27 +172,27 @@ def test_slow_micro_batches_are_listed_with_what_they_waited_on():
 
 
 def test_a_spent_budget_measures_no_generation_row_and_names_each():
-    gen = gpu_perf_generate.measure(True, torch.device("cpu"), deadline=0.0, n_docs=2, log=lambda s: None)
+    gen = gpu_generate.measure(True, torch.device("cpu"), deadline=0.0, n_docs=2, log=lambda s: None)
     assert gen["decode"] == [] and gen["docs"]["rows"] == []
-    assert len(gen["skipped"]) == 3 * 2 * len(gpu_perf_generate.CACHES) + len(gpu_perf_generate.DOC_METHODS)
-    text = "\n".join(gpu_perf_generate.render(gen))
+    assert len(gen["skipped"]) == 3 * 2 * len(gpu_decode.CACHES) + len(gpu_generate.DOC_METHODS)
+    text = "\n".join(gpu_generate.render(gen))
     assert "Generation rows not measured" in text and "decode/64/1-beam/dynamic" in text and "docs/sled" in text
 
 
 def test_a_row_whose_timed_runs_would_not_fit_is_skipped_with_its_estimate():
     model, _ = random_model(load_shape("tiny_bart").config, "sdpa", torch.device("cpu"), torch.float32, seed=0)
     hidden, mask = torch.randn(1, 16, model.config.d_model), torch.ones(1, 16, dtype=torch.long)
-    budget = gpu_perf_generate.Budget(time.time() + 600)
-    est = gpu_perf_generate.decode_row(model, hidden, mask, 1, "dynamic", new_tokens=2, repeats=10**7,
+    budget = gpu_decode.Budget(time.time() + 600)
+    est = gpu_decode.decode_row(model, hidden, mask, 1, "dynamic", new_tokens=2, repeats=10**7,
                                        bandwidth=None, budget=budget)
     assert isinstance(est, float) and est > 600
 
 
 def test_a_spent_budget_starts_no_cell_and_says_which_were_skipped(tmp_path):
     out = tmp_path / "out"
-    doc = gpu_perf.measure(tmp_path / "runs", tiny=True, deadline=0.0, save=lambda d: None)
+    doc = gpu_train.measure(tmp_path / "runs", tiny=True, deadline=0.0, save=lambda d: None)
     # before and after of every cell, bucketed of SummScreenFD's
-    assert doc["rows"] == [] and len(doc["skipped"]) == len(gpu_perf.ORDER) * 2 + len(gpu_perf.METHODS)
+    assert doc["rows"] == [] and len(doc["skipped"]) == len(gpu_train.ORDER) * 2 + len(gpu_train.METHODS)
     assert {s.split("/")[1] for s in doc["skipped"] if s.endswith("/bucketed")} == {"summscreen"}
     doc |= {"device": "cpu", "when": "now", "wall_time_s": 0.0}
     assert "Not measured (the window's budget ran out first): sled/summscreen/before" in gpu_perf.render(doc)

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from scaleformer.artifacts import pretrain_reader as pretrain
 from scaleformer.model import readers as reader
+from scaleformer.runs import pretrain_reader as pretrain
 
 MICRO = reader.Recipe(
     "micro_reader", "bart", "tiny_bart",
@@ -86,7 +86,7 @@ def test_shipped_weights_come_from_the_recipe_in_the_code(arch):
     recipe = reader.RECIPES[arch]
     folder = reader.asset_dir(recipe.name)
     if not folder.exists():
-        pytest.skip(f"{recipe.name} is not shipped (rebuild: python -m scaleformer.artifacts.pretrain_reader {arch})")
+        pytest.skip(f"{recipe.name} is not shipped (rebuild: python -m scaleformer.runs.pretrain_reader {arch})")
     info = json.loads((folder / "recipe.json").read_text())
     assert info["fingerprint"] == recipe.fingerprint(), "rebuild the weights after changing the recipe"
     assert len(info["stages"]) == len(recipe.stages)

@@ -135,7 +135,7 @@ def test_each_timed_micro_batch_pairs_with_its_bare_forward_and_backward(tmp_pat
 
 def test_generation_records_the_tokens_it_generated_per_document(sled_cost):
     """A generation's time is read against its length: the record counts each document's new tokens (the
-    dry run, which fixes the length, is checked in tests/artifacts/test_dryrun.py)."""
+    dry run, which fixes the length, is checked in tests/costs/test_dryrun.py)."""
     (gen,) = sled_cost["cost"]["generate"]
     assert len(gen["new_tokens"]) == 1 and 1 <= gen["new_tokens"][0] <= 2  # max_new_tokens=2, one document
 
