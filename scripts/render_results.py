@@ -5,10 +5,9 @@
                                                # statistics from its archived scores (a test runs this)
 
 A block is ``<!-- results: NAME -->`` ... ``<!-- /results -->`` in a page; NAME picks a renderer below,
-which reads only files under ``results/`` (the default run's, written by ``scripts/default_results.py``;
-the tiny tables', written by ``make table1 PROFILE=tiny`` and friends) and states where its numbers come
-from. Sentences that compare methods are computed too, so a re-run that changes an order changes the
-words.
+which reads only files under ``results/`` (the default run's, ``scripts/default_results.py``; the tiny tables',
+``make table1 PROFILE=tiny`` and friends; the README's front door: ``scripts/results_front.py``) and states where
+its numbers come from. Sentences that compare methods are computed too: a re-run that changes an order changes them.
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from scaleformer.artifacts.significance import mark_meaning, seed_spread, seeds_
 from scaleformer.io import atomic_write_bytes, atomic_write_text  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_front import FRONT  # noqa: E402
 from results_masformer import (  # noqa: E402
     render_masformer_ablation,
     render_masformer_continual,
@@ -303,6 +303,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "masformer_lm_placement-tiny": lambda: render_masformer_lm_placement(RESULTS),
     "masformer_continual-tiny": lambda: render_masformer_continual(RESULTS),
     "summary-head-cpu": lambda: render_summary_head(RESULTS),
+    **{name: (lambda f=f: f(RESULTS)) for name, f in FRONT.items()},  # the README's front door
 }
 
 

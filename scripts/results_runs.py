@@ -168,13 +168,14 @@ def _busy_times(runs: dict, idle_run_s: float, idle_test_s: float) -> str:
 def render_dryrun_costs(results: Path) -> str:
     """The paper profile's hours on one GPU under its recipe (the bill), and the dry runs' memory at the longest
     documents."""
-    from scaleformer.artifacts.bill import readme_summary
-    from scaleformer.artifacts.cost_report import summary_markdown
+    from scaleformer.costs.bill import readme_summary
+    from scaleformer.costs.report import summary_markdown
 
-    text = summary_markdown(results / "dryrun", ("table1", "table2", "figure2", "table_qa"), link="results/dryrun")
+    # rendered in docs/reproducing.md: links relative to docs/
+    text = summary_markdown(results / "dryrun", ("table1", "table2", "figure2", "table_qa"), link="../results/dryrun")
     if text is None:
         raise MissingResults("results/dryrun/: no cost table (make table1 PROFILE=dryrun)")
     memory = text[text.index("Peak GB to train"):].replace(
         "Peak GB to train at the longest documents,", "Peak GB of a training step at the longest documents the dry "
         "runs scaled to (BookSum's whole books: the recipe trains on their first 16,384 tokens, so an upper bound),", 1)
-    return readme_summary(read_json(results / "dryrun" / "bill.json"), "results/dryrun") + "\n\n" + memory
+    return readme_summary(read_json(results / "dryrun" / "bill.json"), "../results/dryrun") + "\n\n" + memory

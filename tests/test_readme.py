@@ -49,20 +49,20 @@ COVERAGE: list[tuple[str, str, str]] = [
      "tests/bench/test_batched_eval.py::test_the_benchmark_writes_its_results"),
     (r"^make bench-decode$|scaleformer\.bench\.decode_overhead", "test",
      "tests/bench/test_decode_overhead.py::test_records_and_table"),
-    (r"^make gpu-perf$", "gpu", "table1's cells at the paper's length in bf16 (scaleformer/artifacts/gpu_perf.py)"),
+    (r"^make gpu-perf$", "gpu", "table1's cells at the paper's length in bf16 (scaleformer/costs/gpu_perf.py)"),
     (r'^(GPU_\w+=("[^"]*"|\S+) )*bash scripts/gpu_window\.sh ', "gpu", "a lent GPU window: make gpu-check's tier, then gpu_perf.py"),
     (r"scripts/gpu_perf\.py --tiny ", "test",
-     "tests/artifacts/test_gpu_perf.py::test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table"),
+     "tests/costs/test_gpu_perf.py::test_gpu_perf_runs_every_cell_before_and_after_and_rebuilds_the_cost_table"),
     (r"^make (table1|table2|figure2|table_qa) PROFILE=smoke$", "test",
      "tests/artifacts/test_tables.py::test_smoke_profile_runs_the_grid_and_renders_it"),
     (r"^make (table1|table2|figure2|table_qa|masformer_(table1|figure3|table2|figure4|ablation|lm_placement|continual)) "
      r"PROFILE=tiny$", "long",
      "results/tiny/"),
     (r"^make masformer_table1 PROFILE=dryrun$", "test",
-     "tests/artifacts/test_masformer_bill.py::test_the_bill_counts_each_cell_from_its_own_spans"),
-    (r"^make masformer_table2 PROFILE=dryrun$", "test", "tests/artifacts/test_masformer_bill.py::"
+     "tests/costs/test_counted_bill.py::test_the_bill_counts_each_cell_from_its_own_spans"),
+    (r"^make masformer_table2 PROFILE=dryrun$", "test", "tests/costs/test_counted_bill.py::"
      "test_table2_bill_prices_its_own_continual_runs_fine_tuning_and_generation"),
-    (r"^make masformer_(continual|ablation) PROFILE=dryrun$", "test", "tests/artifacts/test_masformer_bill.py::"
+    (r"^make masformer_(continual|ablation) PROFILE=dryrun$", "test", "tests/costs/test_counted_bill.py::"
      "test_tables_3_and_4_bills_price_only_the_runs_table2_does_not_have"),
     (r"^make masformer_table2 PROFILE=smoke$", "test", "tests/artifacts/test_perplexity_tables.py::"
      "test_masformer_table2_smoke_renders_rouge_rows_on_the_profiles_own_column"),
@@ -79,12 +79,12 @@ COVERAGE: list[tuple[str, str, str]] = [
     (r"^make table_qa METHODS=truncation,sled OUT_DIR=results/tiny/table_qa_seeds$", "long",
      "results/tiny/table_qa_seeds/"),
     (r"^make (table1|table2|figure2|table_qa) PROFILE=dryrun$", "test",
-     "tests/artifacts/test_dryrun.py::test_one_dryrun_cell_at_bart_base_shape"),
+     "tests/costs/test_dryrun.py::test_one_dryrun_cell_at_bart_base_shape"),
     (r"^make (table1|table2|table_qa) PROFILE=rehearsal$", "test",
      "tests/artifacts/test_rehearsal.py::test_the_rehearsal_renders_every_table_through_the_real_loaders"),
     (r"^make rehearsal$", "long", "results/rehearsal_full/: the rehearsal at the real lengths, hours on 2 cores"),
     (r"scripts/restate_costs\.py", "test",
-     "tests/artifacts/test_bill.py::test_the_committed_tables_and_bill_are_the_restatement_of_the_committed_measurements"),
+     "tests/costs/test_bill.py::test_the_committed_tables_and_bill_are_the_restatement_of_the_committed_measurements"),
     (r"^make table1 LAUNCHER=slurm", "gpu", "a SLURM cluster of GPUs"),
     (r"^make (table1|table2|figure2)( FORCE=1| METHODS=all)?$", "gpu", "the paper's profile: real data, one GPU"),
     (r"^python -m venv ~/sf", "test", "tests/test_package.py::test_pip_install_then_train_and_summarize_from_an_empty_directory"),
@@ -301,7 +301,7 @@ PYTHON_BLOCKS: list[tuple[str, str, str]] = [
     ("README.md", 'AutoModelForSeq2SeqLM.from_pretrained("results/runs/<run>/model")',
      "test_readme_summarize_and_score_commands"),
     ("docs/using.md", 'reader = "scaleformer/assets/readers/', "test_the_offline_wrap_snippet_summarizes_the_example_document"),
-    ("README.md", "Seq2SeqTrainer(", "test_the_trainer_snippet_trains_offline_and_loads_back"),
+    ("docs/using.md", "Seq2SeqTrainer(", "test_the_trainer_snippet_trains_offline_and_loads_back"),
     ("docs/using.md", "Summarizer.from_pretrained(", "test_readme_summarize_and_score_commands"),
 ]
 SKETCH = re.compile(r"<!-- sketch: (\S+) -->\n```python\n")
@@ -356,10 +356,10 @@ def test_the_offline_wrap_snippet_summarizes_the_example_document():
 
 
 def test_the_trainer_snippet_trains_offline_and_loads_back(tmp_path):
-    """The README's Seq2SeqTrainer block, its output folder moved to ``tmp_path``: two steps on generated
+    """docs/using.md's Seq2SeqTrainer block, its output folder moved to ``tmp_path``: two steps on generated
     ledgers, and the saved folder loads with the Auto class as the method's model."""
     code = re.sub(r'"out(/model)?"', lambda m: repr(str(tmp_path / "out") + (m[1] or "")),
-                  _snippet("Seq2SeqTrainer("))
+                  _snippet("Seq2SeqTrainer(", "docs/using.md"))
     assert code.count(str(tmp_path)) == 2, code
     _run_snippet(code)
     out = _run_snippet("import scaleformer, sys\nfrom transformers import AutoModelForSeq2SeqLM\n"
