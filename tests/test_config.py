@@ -324,3 +324,16 @@ def test_the_commands_early_check_covers_the_methods_own_keys(override, line):
 
     with pytest.raises(ConfigError, match=line):
         check_groups(compose(["method=sled", override]))
+
+
+def test_the_packages_config_tree_has_no_broken_link():
+    """A committed link that points nowhere (scaleformer/conf/conf -> scaleformer/conf, relative to its own folder,
+    was one) breaks a wheel build and Hydra's search of the folder; the checkout's conf/ and experiments/ links
+    resolve to the package's folders."""
+    from conftest import ROOT
+
+    broken = [str(p.relative_to(ROOT)) for base in ("scaleformer/conf", "scaleformer/experiments", "scaleformer/assets")
+              for p in (ROOT / base).rglob("*") if p.is_symlink() and not p.exists()]
+    assert not broken, broken
+    for link in ("conf", "experiments"):
+        assert (ROOT / link).resolve() == (ROOT / "scaleformer" / link).resolve()

@@ -1,11 +1,14 @@
-"""MASFormer (Zhang et al., 2023) and its attention-span baselines: the whole input in one encoder pass.
+"""MASFormer (Zhang et al., 2023) and its attention-span baselines: a span per layer, over the whole input at once,
+on a decoder-only causal LM (as the paper runs it) or on a seq2seq model's encoder (the project's adaptation).
 
-- ``masformer``: full attention in the bottom ``full_layers`` encoder layers (where the paper finds
+- ``masformer``: full attention in ``full_layers`` layers (at the bottom by default, where the paper finds
   long-range signals help most), block attention of ``block_size`` in the others.
 - ``block_attention``: block attention in every layer; ``sliding_window``: a window of ``window``
-  tokens each side in every layer; ``full_attention``: full attention everywhere (the upper bound).
+  tokens (each side in an encoder, back in a causal LM) in every layer; ``full_attention``: full attention
+  everywhere (the upper bound).
 
-The decoder cross-attends to every encoder state, unchanged. Kernels: :mod:`scaleformer.ops.spans`.
+On an encoder, the decoder cross-attends to every encoder state, unchanged. Kernels: :mod:`scaleformer.ops.spans`
+(encoder) and :mod:`scaleformer.ops.causal_spans` (decoder-only).
 BART's learned positions are tiled up to ``max_length`` in :meth:`SpanMethod.wrap` (the paper
 duplicates the pretrained ones); T5's relative positions need nothing. Inputs longer than
 ``max_length`` are cut there and re-closed with the suffix specials (a warning, and a count in the
