@@ -120,10 +120,10 @@ def recheck_table(spec: dict[str, Any], table: Path, folder: Path, profile: str 
                                 "run_ids": " ".join(sorted(str(c.run_id) for c in group)),
                                 **({k: value[k] for k in TABLE_FIELDS} if value else {})}
     rows = list(csv.DictReader(table.open(encoding="utf-8")))
-    problems = [f"{table.name}: {r['method']} {r['dataset']}: status {r['status']!r}, but the archived scores of "
-                f"its runs are {'complete' if fresh.get((r['method'], r['dataset']), {}).get('status') == 'ok' else 'missing'}"
-                for r in rows if (r["status"] == "ok") != (fresh.get((r["method"], r["dataset"]), {}).get("status") == "ok")]
     ok = {k: v for k, v in fresh.items() if v["status"] == "ok"}
+    problems = [f"{table.name}: {r['method']} {r['dataset']}: status {r['status']!r}, but the archived scores of its "
+                f"runs are {'complete' if (r['method'], r['dataset']) in ok else 'missing'}"
+                for r in rows if (r["status"] == "ok") != ((r["method"], r["dataset"]) in ok)]
     problems += _check_rows(table.name, [r for r in rows if r["status"] == "ok"], ok, ("method", "dataset"),
                             ("setting", "cost", "cost_share", "paper_ppl", "paper_cost_millions", "run_ids",
                              *TABLE_FIELDS))

@@ -17,6 +17,11 @@ from typing import Any
 from scaleformer.ops.span_cost import counted_cost
 from scaleformer.ops.spans import Span
 
+# An H100 SXM's dense bf16 peak and HBM3 bandwidth (NVIDIA's datasheet): what the counted bill prices at and what
+# the GPU bench measures its share of.
+H100_BF16_DENSE = 989.4e12  # FLOP/s
+H100_HBM = 3.35e12  # B/s
+
 # Pythia-1.4B, MASFormer's paper profile backbone (GPT-3 XL's shape), as the MASFormer specs write it.
 PYTHIA_1_4B = {"layers": 24, "width": 2048, "vocab": 50304, "tied": False, "positions": 2048, "heads": 16}
 

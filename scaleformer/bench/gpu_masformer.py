@@ -27,15 +27,13 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, GPTNeoXConfig
 
-from scaleformer.bench.gpt_shape import PYTHIA_1_4B, parameters, training_flops
+from scaleformer.bench.gpt_shape import H100_BF16_DENSE, PYTHIA_1_4B, parameters, training_flops
 from scaleformer.io import atomic_write_json, atomic_write_text
 from scaleformer.ops import compat
 from scaleformer.ops.causal_spans import route_causal_spans
 from scaleformer.ops.measure import MemoryProbe, matmul_peak, timed_runs
 from scaleformer.ops.span_cost import counted_cost
 from scaleformer.ops.spans import Span
-
-H100_BF16_DENSE = 989.4e12  # FLOP/s: the peak the counted bill prices at (scaleformer.costs.counted_bill)
 
 
 def patterns(layers: int, n: int) -> list[tuple[str, list[Span]]]:

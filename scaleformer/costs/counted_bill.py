@@ -50,7 +50,7 @@ from scaleformer.artifacts.grid import (
     resolve_run_ids,
     row_continual,
 )
-from scaleformer.bench.gpt_shape import parameters, training_flops
+from scaleformer.bench.gpt_shape import H100_BF16_DENSE, H100_HBM, parameters, training_flops
 from scaleformer.compose import compose_config
 from scaleformer.io import atomic_write_text
 from scaleformer.methods import build_method, method_config
@@ -59,9 +59,6 @@ from scaleformer.ops.span_cost import counted_cost, paper_cost
 from scaleformer.resources import experiments_dir
 from scaleformer.runs.context import to_config
 from scaleformer.runs.sharding import world_size
-
-H100_BF16_DENSE = 989.4e12  # FLOP/s, as scaleformer.costs.bill prices counted FLOPs
-H100_HBM = 3.35e12  # B/s, an H100 SXM's HBM3 (NVIDIA's datasheet)
 
 
 def layer_spans(rc: Any, shape: dict[str, Any]) -> list[Any]:

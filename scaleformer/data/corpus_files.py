@@ -109,7 +109,7 @@ def _zstd_chunks(path: Path) -> Iterator[bytes]:
                     frames, block, obj = frames + 1, obj.unused_data, None
                 else:
                     block = b""
-    if obj is not None and seen or frames == 0:
+    if (obj is not None and seen) or frames == 0:  # a frame begun and not ended, or none at all
         raise DataError(f"{path}: the zstandard stream ends before its frame does (the file is truncated: "
                         f"{path.stat().st_size} bytes); copy it again")
 
