@@ -32,13 +32,11 @@ def banded_attention(
     scaling: float | None = None,
     dropout: float = 0.0,
     bias: torch.Tensor | None = None,  # [1, H, c, c + 2w] additive, from :func:`band_bias`
-    causal: bool = False,
 ) -> torch.Tensor:
-    """Sliding-window attention ``|i - j| <= window`` in O(N (c + 2w)); returns ``[B, N, H, dh]``. ``causal``: the
-    window's left side only, ``0 <= i - j <= window`` (a decoder's self-attention), on c + w keys a chunk."""
+    """Sliding-window attention ``|i - j| <= window`` in O(N (c + 2w)); returns ``[B, N, H, dh]`` (an encoder's;
+    a decoder's causal window has its own kernel, :func:`scaleformer.ops.causal_kernels.window_causal`)."""
     b, h, n, dh = query.shape
-    w = window
-    right = 0 if causal else w  # keys after a chunk's last query
+    w = right = window  # keys before a chunk's first query and after its last
     c = chunk_size(w)
     nc = -(-n // c)
     pad = nc * c - n

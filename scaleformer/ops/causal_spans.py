@@ -4,9 +4,9 @@ The paper (Zhang et al. 2023, section 3) continues a GPT-3 XL-style causal LM wi
 block attention in the others. :func:`route_causal_spans` gives each self-attention module of a Hugging Face causal
 LM its own :class:`~scaleformer.ops.spans.Span` (causal) and routes it, through transformers' AttentionInterface,
 to :func:`causal_span_forward`, which runs the span kinds' own kernels (``Span.attend``: sdpa causal for full,
-``[B, H x nb, b, dh]`` blocks, the banded kernel's left side for a window). The weights, the embeddings, the MLPs
-and the cache stay the stock ones. No second implementation of a pattern lives here: only the cases the kernels
-do not take, each by the pattern read at token *positions*:
+:mod:`~scaleformer.ops.causal_kernels` for blocks and windows; the dispatch rule is :class:`Span`'s). The
+weights, the embeddings, the MLPs and the cache stay the stock ones. No second implementation of a pattern lives
+here: only the cases the kernels do not take, each by the pattern read at token *positions*:
 
 - a padded batch (transformers passes a mask; positions count real tokens, so a left-padded row is cut into the
   blocks of its own tokens, as unpadded): one sdpa call under the span's mask at those positions;
@@ -151,6 +151,13 @@ def _first_key(span: Span, pos: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(pos)
 
 
+def _first_key_of(span: Span, pos: int) -> int:
+    """:func:`_first_key` of one position, in Python ints (a decoded token's, read every step)."""
+    if span.kind == "block":
+        return pos // span.size * span.size
+    return max(pos - span.size, 0) if span.kind == "window" else 0
+
+
 def allowed(span: Span, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """May a query at position ``q_pos [B, q, 1]`` read a key at position ``k_pos [B, q, k]`` (each query's own
     count of its keys): ``[B, q, k]`` bool, by positions (a key after the query is the given mask's to refuse)."""
@@ -246,7 +253,7 @@ def causal_span_forward(
     if q_len == k_len:  # training, scoring, a prompt: the kernels
         out = span.attend(query, key, value, scaling=scaling, dropout=dropout)
     else:  # one cached token: the keys its span reaches are one contiguous run
-        first = int(_first_key(span, torch.tensor(k_len - 1)))  # a Python int from shapes: no device sync
+        first = _first_key_of(span, k_len - 1)  # a Python int from shapes: no device sync, no tensor
         out = F.scaled_dot_product_attention(query, key[:, :, first:], value[:, :, first:], dropout_p=dropout,
                                              scale=scaling)
     return out.transpose(1, 2).contiguous(), None  # [B, q, H, dv]

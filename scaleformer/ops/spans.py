@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from scaleformer.ops import compat
-from scaleformer.ops.banded import WINDOW_ATTN, band_bias, banded_attention
+from scaleformer.ops.banded import WINDOW_ATTN, band_bias
+from scaleformer.ops.causal_kernels import block_causal, window_causal
 from scaleformer.ops.compat import BartEncoder, BartLearnedPositionalEmbedding, T5Stack
 from scaleformer.registry import claim
 
@@ -104,7 +105,18 @@ def register_span_kind(kind: SpanKind) -> SpanKind:
 class Span:
     """One layer's attention span: a registered kind (``full``, ``block`` of size b, ``window`` of w each
     side, or one of another package's) and its size; ``causal``: no key after its query (a decoder's
-    self-attention; a window then reaches w tokens back only)."""
+    self-attention; a window then reaches w tokens back only).
+
+    One registry (:data:`SPAN_KINDS`) and one dispatch rule for causal attention, whatever the caller (the
+    routed layers of :mod:`~scaleformer.ops.causal_spans`, the benchmarks, the tests): as many queries as keys
+    and no mask run :meth:`attend`, the kind's kernel (full: sdpa causal; block and window:
+    :mod:`~scaleformer.ops.causal_kernels`, which pick their calls' shapes by device and by whether gradients
+    flow; a kind without one: sdpa under its dense mask); one cached token reads the contiguous keys its span
+    reaches; anything else (a mask, a static cache, several new tokens after a cache) runs sdpa under the span's
+    mask. flex_attention is not dispatched to: on the CPU the kernels beat compiled flex forward, flex has no
+    backward there, and it compiles a graph per shape, which a growing cache changes every token
+    (``results/bench/causal-peers-cpu.md``); a GPU window measures it beside the kernels in every phase
+    (``scaleformer.bench.causal_peers --device cuda``, in ``scripts/gpu_window.sh``) before a GPU rule takes it."""
 
     kind: str
     size: int = 0
@@ -182,18 +194,7 @@ class Block(SpanKind):
         return (n // size) * size * (size + 1) // 2 + r * (r + 1) // 2
 
     def attend(self, query, key, value, size, *, scaling=None, dropout=0.0):
-        """Each block of ``size`` tokens causal on its own: ``[B, H x nb, b, dh]`` (4-D, so sdpa's fused kernels take
-        it; with 5-D inputs the CPU's fell back to the score matrix), one call; the last block padded at its end,
-        where no real query looks."""
-        b, h, n, _ = query.shape
-        nb = -(-n // size)
-
-        def blocks(x: torch.Tensor) -> torch.Tensor:  # [B, H, N, e] -> [B, H * nb, b, e]; a view where b divides N
-            return (F.pad(x, (0, 0, 0, nb * size - n)) if nb * size > n else x).reshape(b, h * nb, size, x.shape[-1])
-
-        out = F.scaled_dot_product_attention(blocks(query), blocks(key), blocks(value), dropout_p=dropout,
-                                             is_causal=True, scale=scaling)  # [B, H * nb, b, dv]
-        return out.view(b, h, nb * size, -1)[:, :, :n]
+        return block_causal(query, key, value, size, scaling=scaling, dropout=dropout)
 
     def prepare(self, encoder, size, x, valid, bias_attn):
         b, n, _ = x.shape
@@ -214,7 +215,8 @@ class Block(SpanKind):
 
 
 class Window(SpanKind):
-    """Every token attends to the tokens at distance <= ``size``, through the banded kernel."""
+    """Every token attends to the tokens at distance <= ``size``: an encoder's through the banded kernel, a
+    decoder's causal window (the ``size`` tokens back) through :func:`~scaleformer.ops.causal_kernels.window_causal`."""
 
     name = "window"
     routed = True
@@ -240,8 +242,7 @@ class Window(SpanKind):
         return (d >= 0) & (d <= size)
 
     def attend(self, query, key, value, size, *, scaling=None, dropout=0.0):
-        out = banded_attention(query, key, value, None, size, scaling=scaling, dropout=dropout, causal=True)
-        return out.transpose(1, 2)  # [B, N, H, dv] -> [B, H, N, dv]
+        return window_causal(query, key, value, size, scaling=scaling, dropout=dropout)
 
     def prepare(self, encoder, size, x, valid, bias_attn):
         bias = band_bias(bias_attn, size) if bias_attn is not None else None  # [1, H, c, c + 2w]
