@@ -4,8 +4,10 @@
 # One short GPU window as one call: the gpu tier (make gpu-check, benchmark skipped), then MASFormer's patterns
 # at the paper's shape (python -m scaleformer.bench.gpu_masformer: a training step and a cached token of full,
 # block n/8, l = L/6 and L/3 at n = 8,192 on Pythia-1.4B's shape, beside the counted bill's peak; at most
-# GPU_WINDOW_MASFORMER_S, default 240), then table1's training cells off and on and the generation rows
-# (scripts/gpu_perf.py) in what is left of SECONDS (default 500), everything packed into OUT/window.tgz (the runs'
+# GPU_WINDOW_MASFORMER_S, default 240), the causal kernels against their peers (python -m
+# scaleformer.bench.causal_peers --device cuda; at most GPU_WINDOW_PEERS_S, default 90), then table1's
+# training cells off and on and the generation rows (scripts/gpu_perf.py) in what is left of SECONDS
+# (default 500), everything packed into OUT/window.tgz (the runs'
 # records without weights) plus OUT/gpu-perf.md and OUT/masformer.md, so a window that ends early still brings back
 # every cell and row it measured.
 set -u
@@ -26,6 +28,10 @@ mkdir -p "$work/masformer"
 timeout "${GPU_WINDOW_MASFORMER_S:-240}" "$py" -m scaleformer.bench.gpu_masformer --out "$work/masformer/masformer" \
   >"$work/masformer.log" 2>&1
 echo "masformer: exit $? after $(( $(date +%s) - start )) s"; tail -n 8 "$work/masformer.log" | cut -c1-300
+# the causal kernels against sdpa's dense mask and compiled flex (every phase: flex has a backward on CUDA), n = 8,192
+timeout "${GPU_WINDOW_PEERS_S:-90}" "$py" -m scaleformer.bench.causal_peers --device cuda --n 8192 \
+  --budget-s "${GPU_WINDOW_PEERS_S:-90}" --out "$work/masformer/causal-peers-cuda" >"$work/peers.log" 2>&1
+echo "peers: exit $? after $(( $(date +%s) - start )) s"; tail -n 20 "$work/peers.log" | cut -c1-300
 left=$(( total - ($(date +%s) - start) ))
 # the GPU's clocks, power, temperature and use 4 times a second while the cells run (OUT/window.tgz:
 # nvidia-smi.csv): a slow micro-batch's ended_at (unix time) finds the clock it ran at, NVML or not
@@ -44,5 +50,5 @@ echo "gpu-perf: exit $? after $(( $(date +%s) - start )) s"
 tail -n 50 "$work/gpu-perf.log" | cut -c1-400
 mkdir -p "$out"
 tar czf "$out/window.tgz" -C "$work" --exclude='*.ckpt' --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' .
-cp "$work/gpu-perf/gpu-perf.md" "$work/masformer/masformer.md" "$out/" 2>/dev/null
+cp "$work/gpu-perf/gpu-perf.md" "$work/masformer/masformer.md" "$work/masformer/causal-peers-cuda.md" "$out/" 2>/dev/null
 ls -la "$out"

@@ -38,12 +38,12 @@ from scaleformer.io import atomic_write_bytes, atomic_write_text  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_front import FRONT  # noqa: E402
 from results_masformer import (  # noqa: E402
+    BENCH,
     render_masformer_ablation,
     render_masformer_continual,
     render_masformer_lm_placement,
     render_masformer_table1,
     render_masformer_table2,
-    render_summary_head,
 )
 from results_runs import (  # noqa: E402
     LABELS,
@@ -302,8 +302,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "masformer_ablation-tiny": lambda: render_masformer_ablation(RESULTS),
     "masformer_lm_placement-tiny": lambda: render_masformer_lm_placement(RESULTS),
     "masformer_continual-tiny": lambda: render_masformer_continual(RESULTS),
-    "summary-head-cpu": lambda: render_summary_head(RESULTS),
     **{name: (lambda f=f: f(RESULTS)) for name, f in FRONT.items()},  # the README's front door
+    **{name: (lambda f=f: f(RESULTS)) for name, f in BENCH.items()},  # the benches' (docs/performance.md)
 }
 
 

@@ -1,6 +1,7 @@
 """The MASFormer blocks of README.md and docs/results.md, rendered from ``results/tiny/masformer_table1.{csv,md}``
 and its ``-tests.csv`` (``make masformer_table1 PROFILE=tiny``): the tiny Table 1 beside the paper's values, and in
-words whether the paper's ordering holds at tiny scale. Imported by ``scripts/render_results.py``."""
+words whether the paper's ordering holds at tiny scale; and the MASFormer benches' blocks of docs/performance.md
+(:data:`BENCH`). Imported by ``scripts/render_results.py``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from results_runs import MissingResults
+from results_runs import MissingResults, read_json
 
 ALPHA = 0.05
 
@@ -312,3 +313,35 @@ def render_summary_head(results: Path) -> str:
             f"{'; '.join(parts)}. On the tiny reader (vocabulary 1,738) the whole training step is "
             f"{a['time_s']:.3f} s against {b['time_s']:.3f} s (IQR {a['time_iqr_s']:.3f} / {b['time_iqr_s']:.3f}): "
             "its head is too small a part of the step to show.\n")
+
+
+def render_causal_peers(results: Path) -> str:
+    """The causal kernels against sdpa's dense mask and compiled flex, each phase, from
+    ``results/bench/causal-peers-cpu.json`` (``python -m scaleformer.bench.causal_peers``): the bench's own table."""
+    from scaleformer.bench.causal_peers import render
+
+    return render(read_json(results / "bench" / "causal-peers-cpu.json")).split("\n", 2)[2]  # less its title
+
+
+def render_masformer_cpu(results: Path) -> str:
+    """One layer's attention per pattern at the paper's shape and MASFormer's sum of its layers, from
+    ``results/bench/masformer-cpu.json`` (``python -m scaleformer.bench.causal_spans``)."""
+    r = read_json(results / "bench" / "masformer-cpu.json")
+    by, m = {row["pattern"]: row for row in r["layer"]}, r["masformer_model"]
+
+    def mb(row: dict[str, Any]) -> str:
+        return "n/a" if row.get("mem_growth_bytes") is None else f"{row['mem_growth_bytes'] / 2**20:,.0f} MB"
+
+    return (f"At the paper's shape (16 heads of 128, n = {r['n']:,}, fp32, forward and backward of one layer's "
+            f"attention on {r['threads']} CPU threads), full causal attention takes {by['full']['time_s']:.3f} s, "
+            f"blocks of 1,024 take {by['block 1024']['time_s']:.3f} s and a window of 512 takes "
+            f"{by['window 512']['time_s']:.3f} s; MASFormer's l = 4 of 24 full layers sums to {m['time_s']:.2f} s "
+            f"against {m['full_time_s']:.2f} s for full attention everywhere: {m['time_share']:.0%} of the time at "
+            f"{m['cost_share']:.0%} of the paper's C, and the time "
+            f"{'falls' if r['layer_falls_with_cost'] else 'does not fall'} with C across the patterns. Peak growth "
+            f"over the inputs: {mb(by['full'])} for full attention, {mb(by['block 1024'])} for blocks of 1,024, "
+            f"{mb(by['window 512'])} for a window of 512 (no pattern builds an n x n matrix).\n")
+
+
+BENCH = {"summary-head-cpu": render_summary_head, "causal-peers-cpu": render_causal_peers,
+         "masformer-cpu": render_masformer_cpu}  # the benches' blocks of docs/performance.md

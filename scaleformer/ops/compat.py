@@ -240,6 +240,17 @@ def compiled_modules(module: nn.Module) -> int:
     return sum(getattr(m, "_compiled_call_impl", None) is not None for m in module.modules())
 
 
+def compiled_flex(recompiles: int = 64) -> tuple[Callable, Callable]:
+    """torch's ``flex_attention`` compiled, and its ``create_block_mask``. Each block mask and shape compiles a graph
+    of its own; past dynamo's recompile limit (8) it would run flex eagerly, scores materialised, without a word,
+    so the limit is raised to ``recompiles``."""
+    from torch._dynamo import config
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    config.recompile_limit = max(config.recompile_limit, recompiles)
+    return torch.compile(flex_attention, dynamic=False), create_block_mask
+
+
 def compiled_graphs() -> int:
     """Graphs torch.compile has captured in this process so far (a private counter: 0 where unknown)."""
     try:
