@@ -10,8 +10,8 @@ gradient (scoring, a prompt), training (forward and backward) and one cached tok
 Every (pattern, phase, implementation) gets an untimed warm-up (flex's compilation is timed apart), then
 ``rounds`` interleaved rounds, one timed call each per round: median and IQR. The floor: the attended pairs' FLOPs
 (4 dh per pair a head forward; training 3x: the backward's two products per forward one) at this run's measured
-matmul rate (before and after the rounds, the higher); a token's, the bytes of the keys and values its span reads at the measured copy bandwidth.
-flex has no backward on a CPU: its training row says so. Writes ``<out>.json`` and ``<out>.md``.
+matmul rate (before and after the rounds, the higher); a token's, the bytes of the keys and values its span reads at
+the measured copy bandwidth. flex has no backward on a CPU: its training cells are n/a and the notes say why. Writes ``<out>.json`` and ``<out>.md``.
 """
 
 from __future__ import annotations
