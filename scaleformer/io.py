@@ -160,6 +160,15 @@ def atomic_write_json(path: str | Path, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
+def atomic_write_result(stem: str | Path, doc: Any, markdown: str) -> str:
+    """A bench's two files, ``<stem>.json`` (the measurements) and ``<stem>.md`` (their rendering), each written
+    atomically; returns the rendering (printed by the benches)."""
+    stem = Path(stem)
+    atomic_write_json(stem.with_suffix(".json"), doc)
+    atomic_write_text(stem.with_suffix(".md"), markdown)
+    return markdown
+
+
 def atomic_write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
     return atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 

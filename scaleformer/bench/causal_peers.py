@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from scaleformer.io import atomic_write_json, atomic_write_text
+from scaleformer.io import atomic_write_result
 from scaleformer.ops import compat
 from scaleformer.ops.causal_spans import SPAN_ATTR, causal_span_forward
 from scaleformer.ops.measure import Timing, copy_bandwidth, matmul_peak, sync, timed_runs
@@ -262,10 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
     result = run(args.n, args.rounds, args.heads, args.dh, device, args.budget_s, with_flex=not args.no_flex)
-    out = Path(args.out)
-    atomic_write_json(out.with_suffix(".json"), result)
-    atomic_write_text(out.with_suffix(".md"), render(result))
-    print(render(result))
+    print(atomic_write_result(args.out, result, render(result)))
     return 0
 
 

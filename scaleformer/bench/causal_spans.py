@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from scaleformer.compose import compose_config
-from scaleformer.io import atomic_write_json, atomic_write_text
+from scaleformer.io import atomic_write_result
 from scaleformer.model.backbone import build_model, prepare
 from scaleformer.ops import compat
 from scaleformer.ops.measure import MemoryProbe, matmul_peak, measure
@@ -171,9 +170,7 @@ def main(argv: list[str] | None = None) -> int:
               "layer_falls_with_cost": falls_with_cost(layer, "paper_cost"), "reader_n": args.reader_n,
               "reader": reader, "reader_falls_with_cost": falls_with_cost(
                   [{"cost": r["attention_cost_paper"], "time_s": r["train_step"]["time_s"]} for r in reader], "cost")}
-    out = Path(args.out)
-    atomic_write_json(out.with_suffix(".json"), result)
-    atomic_write_text(out.with_suffix(".md"), render(result))
+    atomic_write_result(args.out, result, render(result))
     print(json.dumps({"layer_falls_with_cost": result["layer_falls_with_cost"], "masformer": masformer}))
     return 0
 

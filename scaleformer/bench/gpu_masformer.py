@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, GPTNeoXConfig
 
 from scaleformer.bench.gpt_shape import H100_BF16_DENSE, PYTHIA_1_4B, parameters, training_flops
-from scaleformer.io import atomic_write_json, atomic_write_text
+from scaleformer.io import atomic_write_result
 from scaleformer.ops import compat
 from scaleformer.ops.causal_spans import route_causal_spans
 from scaleformer.ops.measure import MemoryProbe, matmul_peak, timed_runs
@@ -139,10 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()  # the pattern's model is gone: its memory goes back before the next is built
     result = {"device": torch.cuda.get_device_name(device), "n": args.n, "repeats": args.repeats,
               "shape": PYTHIA_1_4B, "matmul_flops_per_s": rate, "h100_bf16_dense": H100_BF16_DENSE, "rows": rows}
-    out = Path(args.out)
-    atomic_write_json(out.with_suffix(".json"), result)
-    atomic_write_text(out.with_suffix(".md"), render(result))
-    print(render(result))
+    print(atomic_write_result(args.out, result, render(result)))
     return 0
 
 

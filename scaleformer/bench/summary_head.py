@@ -32,7 +32,7 @@ import torch
 from scaleformer.bench.causal_spans import timed_phase
 from scaleformer.compose import compose_config
 from scaleformer.data.datamodule import SummarizationDataModule
-from scaleformer.io import atomic_write_json, atomic_write_text
+from scaleformer.io import atomic_write_result
 from scaleformer.model.backbone import build_model, prepare
 from scaleformer.ops.measure import matmul_peak
 from scaleformer.runs.causal_summary import CausalSummarizationModule
@@ -138,9 +138,7 @@ def main(argv: list[str] | None = None) -> int:
               "width": args.width, "vocab": args.vocab, "repeats": args.repeats,
               "matmul_peak_gflops": matmul_peak(torch.device("cpu"), torch.float32)["tflops"] * 1e3,
               "paper_shape": paper, "reader": reader}
-    out = Path(args.out)
-    atomic_write_json(out.with_suffix(".json"), result)
-    atomic_write_text(out.with_suffix(".md"), render(result))
+    atomic_write_result(args.out, result, render(result))
     print(json.dumps({r["variant"]: r["time_s"] for r in [*paper, *reader]}))
     return 0
 

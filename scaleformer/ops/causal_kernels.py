@@ -82,8 +82,10 @@ def window_causal(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, w
     """Causal sliding-window attention, keys ``i - window <= j <= i``: ``[B, H, N, dh]`` in, ``[B, H, N, dv]`` out."""
     b, h, n, dh = query.shape
     w = window
-    head = block_causal(query[:, :, :w], key[:, :, :w], value[:, :, :w], w, scaling=scaling, dropout=dropout)
-    if n <= w:  # every query's keys start at 0: a causal block
+    first = min(n, w)  # the first w queries' keys start at 0: a causal block (all of a sequence this short)
+    head = block_causal(query[:, :, :first], key[:, :, :first], value[:, :, :first], first, scaling=scaling,
+                        dropout=dropout)
+    if n <= w:
         return head
     c = window_chunk(w, _grad(query, key, value))
     pad = -(n - w) % c  # keys after the end are read only by the pad queries

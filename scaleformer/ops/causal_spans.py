@@ -142,20 +142,14 @@ def native_window(span: Span) -> dict[str, int]:
 
 
 # -------------------------------------------------------------------------------------------- the kernel
-def _first_key(span: Span, pos: torch.Tensor) -> torch.Tensor:
-    """The earliest position a query at ``pos`` reads under a built-in span (its keys run from here to itself)."""
+def _first_key(span: Span, pos: Any) -> Any:
+    """The earliest position a query at ``pos`` reads under a built-in span (its keys run from here to itself): a
+    tensor of positions, or one Python int (a decoded token's, from shapes: no tensor, no device sync)."""
     if span.kind == "block":
         return pos // span.size * span.size
     if span.kind == "window":
-        return (pos - span.size).clamp(min=0)
-    return torch.zeros_like(pos)
-
-
-def _first_key_of(span: Span, pos: int) -> int:
-    """:func:`_first_key` of one position, in Python ints (a decoded token's, read every step)."""
-    if span.kind == "block":
-        return pos // span.size * span.size
-    return max(pos - span.size, 0) if span.kind == "window" else 0
+        return (pos - span.size).clamp(min=0) if torch.is_tensor(pos) else max(pos - span.size, 0)
+    return torch.zeros_like(pos) if torch.is_tensor(pos) else 0
 
 
 def allowed(span: Span, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
@@ -253,7 +247,7 @@ def causal_span_forward(
     if q_len == k_len:  # training, scoring, a prompt: the kernels
         out = span.attend(query, key, value, scaling=scaling, dropout=dropout)
     else:  # one cached token: the keys its span reaches are one contiguous run
-        first = _first_key_of(span, k_len - 1)  # a Python int from shapes: no device sync, no tensor
+        first = _first_key(span, k_len - 1)  # a Python int
         out = F.scaled_dot_product_attention(query, key[:, :, first:], value[:, :, first:], dropout_p=dropout,
                                              scale=scaling)
     return out.transpose(1, 2).contiguous(), None  # [B, q, H, dv]

@@ -109,3 +109,14 @@ def test_the_chunk_and_run_rules():
     assert [causal_kernels.block_run(b, False, cpu) for b in (128, 256, 512, 1024)] == [128, 64, 128, 1024]
     assert [causal_kernels.block_run(b, True, cpu) for b in (128, 256, 512, 1024)] == [128, 128, 256, 1024]
     assert causal_kernels.block_run(512, False, cuda) == 512
+
+
+def test_a_sequence_no_longer_than_the_window_is_one_causal_block(monkeypatch):
+    """Called directly on n <= w tokens, the window kernel is full causal attention over those n (one call at their
+    own length, not a block padded up to w)."""
+    seen = _calls(monkeypatch)
+    q, k, v = _qkv(50, 4)
+    with torch.no_grad():
+        got = causal_kernels.window_causal(q, k, v, 70)
+    torch.testing.assert_close(got, reference_attention(q, k, v, reference_mask("full", 0, 50)), atol=2e-5, rtol=1e-4)
+    assert [qq.shape[-2] for qq, _ in seen] == [50]
